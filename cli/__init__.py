@@ -1,0 +1,1 @@
+"""The ``diskreplay`` command line (installed as ``diskreplay.cli``)."""

@@ -1,0 +1,122 @@
+"""HDF5 backend: one ``data.h5`` with a contiguous dataset per field, memory-mapped.
+
+Datasets are created contiguous, uncompressed, allocated early and never filled,
+then the file is closed for good: rows are read and written through memory maps
+at each dataset's file offset, so HDF5's own metadata is never written again and
+a killed writer cannot leave the file unreadable to HDF5 tools.
+"""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from ..errors import CorruptStoreError, DiskReplayError
+from ..fsutil import io_error, preallocate
+from .base import Backend, MappedFile, RowStorage
+
+DATA_FILE = "data.h5"
+
+
+def _h5py():
+    import h5py  # imported lazily: memmap stores never need it
+
+    return h5py
+
+
+class HDF5Backend(Backend):
+    name = "hdf5"
+
+    def data_files(self, fields) -> list[str]:
+        return [DATA_FILE]
+
+    def create(self, directory, fields, max_size) -> None:
+        h5py = _h5py()
+        path = os.path.join(directory, DATA_FILE)
+        try:
+            with h5py.File(path, "w") as f:
+                for name, spec in fields.items():
+                    _create_contiguous(h5py, f, name, (max_size,) + spec.shape, spec.dtype)
+                    f[name].attrs["diskreplay_shape"] = list(spec.shape)
+                    f[name].attrs["diskreplay_dtype"] = spec.dtype.str
+                f.attrs["diskreplay_max_size"] = max_size
+            fd = os.open(path, os.O_RDWR)
+            try:
+                preallocate(fd, 0, os.fstat(fd).st_size, path)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        except DiskReplayError:
+            raise
+        except OSError as exc:
+            raise io_error(f"creating {path}", exc) from exc
+
+    def dataset_offsets(self, directory, fields, max_size) -> dict:
+        """File offset of each field's dataset, after checking layout, shape and dtype."""
+        h5py = _h5py()
+        path = os.path.join(directory, DATA_FILE)
+        if not os.path.exists(path):
+            raise CorruptStoreError(f"{path} is missing")
+        try:
+            f = h5py.File(path, "r")
+        except OSError as exc:
+            raise CorruptStoreError(f"{path} is not a readable HDF5 file ({exc})") from exc
+        offsets = {}
+        try:
+            for name, spec in fields.items():
+                offsets[name] = _checked_offset(h5py, f, path, name, (max_size,) + spec.shape, spec.dtype)
+        finally:
+            f.close()
+        size = os.stat(path).st_size
+        for name, spec in fields.items():
+            end = offsets[name] + spec.row_bytes * max_size
+            if end > size:
+                raise CorruptStoreError(
+                    f"{path} is {size} bytes, but dataset {name!r} ends at byte {end}: the file is truncated")
+        return offsets
+
+    def open(self, directory, fields, max_size, writable) -> RowStorage:
+        offsets = self.dataset_offsets(directory, fields, max_size)
+        mapped = MappedFile(os.path.join(directory, DATA_FILE), writable)
+        try:
+            arrays = {name: mapped.array(offsets[name], (max_size,) + spec.shape, spec.dtype)
+                      for name, spec in fields.items()}
+        except BaseException:
+            mapped.close()
+            raise
+        if any(spec.row_bytes >= 4096 for spec in fields.values()):
+            mapped.advise_random()
+        locations = {name: (mapped.fd, offsets[name], spec.row_bytes) for name, spec in fields.items()}
+        return RowStorage([mapped], arrays, locations)
+
+
+def _create_contiguous(h5py, f, name, shape, dtype) -> None:
+    dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
+    dcpl.set_layout(h5py.h5d.CONTIGUOUS)
+    dcpl.set_alloc_time(h5py.h5d.ALLOC_TIME_EARLY)
+    dcpl.set_fill_time(h5py.h5d.FILL_TIME_NEVER)
+    space = h5py.h5s.create_simple(shape)
+    tid = h5py.h5t.py_create(np.dtype(dtype), logical=True)
+    h5py.h5d.create(f.id, name.encode(), tid, space, dcpl=dcpl)
+
+
+def _checked_offset(h5py, f, path, name, shape, dtype) -> int:
+    if name not in f:
+        raise CorruptStoreError(f"{path}: dataset {name!r} is missing; expected {shape} {np.dtype(dtype)}")
+    dset = f[name]
+    if not isinstance(dset, h5py.Dataset):
+        raise CorruptStoreError(f"{path}: {name!r} is a group, expected a dataset {shape} {np.dtype(dtype)}")
+    if dset.shape != shape or dset.dtype != np.dtype(dtype):
+        raise CorruptStoreError(
+            f"{path}: dataset {name!r} is {dset.shape} {dset.dtype}, expected {shape} {np.dtype(dtype)}")
+    plist = dset.id.get_create_plist()
+    if plist.get_layout() != h5py.h5d.CONTIGUOUS or plist.get_nfilters() > 0:
+        raise CorruptStoreError(
+            f"{path}: dataset {name!r} is chunked or compressed; diskreplay needs a contiguous, "
+            "uncompressed dataset (recreate the store or convert it)")
+    offset = dset.id.get_offset()
+    expected = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+    if offset is None or dset.id.get_storage_size() != expected:
+        raise CorruptStoreError(
+            f"{path}: dataset {name!r} has {dset.id.get_storage_size()} bytes allocated, expected {expected}")
+    return int(offset)

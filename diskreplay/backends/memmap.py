@@ -1,0 +1,39 @@
+"""The default backend: one preallocated ``.npy`` file per field."""
+from __future__ import annotations
+
+import os
+
+from .base import Backend, RowStorage
+
+
+class MemmapBackend(Backend):
+    name = "memmap"
+
+    def data_files(self, fields) -> list[str]:
+        return [f"{name}.npy" for name in fields]
+
+    def create(self, directory, fields, max_size) -> None:
+        from ..npyfile import create_npy
+
+        for name, spec in fields.items():
+            create_npy(os.path.join(directory, f"{name}.npy"), (max_size,) + spec.shape, spec.dtype)
+
+    def open(self, directory, fields, max_size, writable) -> RowStorage:
+        from ..npyfile import open_npy
+
+        files, arrays, locations = [], {}, {}
+        try:
+            for name, spec in fields.items():
+                mapped, arr, offset = open_npy(
+                    os.path.join(directory, f"{name}.npy"), (max_size,) + spec.shape, spec.dtype, writable)
+                files.append(mapped)
+                arrays[name] = arr
+                locations[name] = (mapped.fd, offset, spec.row_bytes)
+                if spec.row_bytes >= 4096:
+                    mapped.advise_random()
+        except BaseException:
+            arrays.clear()
+            for f in files:
+                f.close()
+            raise
+        return RowStorage(files, arrays, locations)

@@ -1,0 +1,207 @@
+"""``checkpoint.bin``: the state as of the last flush, plus the undo reserve.
+
+Two slots, written alternately; each holds a header (counters and sampler draws at
+the flush), the ``ns_buffer`` then, and the *undo reserve*: copies of the rows that
+the next ``reserve_rows`` transitions will overwrite. The writer never overwrites a
+row that was durable at the last flush unless its copy is in the newest checkpoint
+(an add past the reserve flushes first), so after a power cut recovery restores
+those rows and returns exactly to the flushed state.
+"""
+from __future__ import annotations
+
+import os
+import struct
+import time
+import zlib
+from dataclasses import dataclass
+
+import numpy as np
+
+from .errors import DiskReplayError
+from .fsutil import io_error, preallocate
+
+CHECKPOINT_FILE = "checkpoint.bin"
+HEADER_BYTES = 4096
+MAGIC = b"DRCKPT01"
+# magic, version, slot, generation, seen, base, draws, resets, reserve_first,
+# reserve_count, flush_time_ns, body_len, body_crc, header_crc
+_HEADER = struct.Struct("<8sII9QII")
+
+
+def _align(n: int, to: int = 4096) -> int:
+    return (n + to - 1) // to * to
+
+
+@dataclass
+class Checkpoint:
+    slot: int
+    generation: int
+    seen: int
+    base: int
+    draws: int
+    resets: int
+    reserve_first: int
+    reserve_count: int
+    flush_time_ns: int
+
+
+class CheckpointLayout:
+    """Byte layout of the checkpoint file for a store's fields and reserve size."""
+
+    def __init__(self, fields: dict, num_envs: int, reserve_rows: int):
+        self.fields = fields
+        self.reserve_rows = reserve_rows
+        self.ns_bytes = num_envs * fields["states"].row_bytes
+        self.field_offsets = {}
+        pos = self.ns_bytes
+        for name, spec in fields.items():
+            self.field_offsets[name] = pos
+            pos += reserve_rows * spec.row_bytes
+        self.body_bytes = pos
+        self.slot_bytes = _align(HEADER_BYTES + pos)
+
+    @property
+    def file_bytes(self) -> int:
+        return 2 * self.slot_bytes
+
+    def slot_offset(self, slot: int) -> int:
+        return slot * self.slot_bytes
+
+    def reserve_row_offset(self, slot: int, name: str, k: int) -> int:
+        return (self.slot_offset(slot) + HEADER_BYTES + self.field_offsets[name]
+                + k * self.fields[name].row_bytes)
+
+
+def create_checkpoint_file(directory: str, layout: CheckpointLayout) -> None:
+    path = os.path.join(directory, CHECKPOINT_FILE)
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            preallocate(fd, 0, layout.file_bytes, path)
+            os.ftruncate(fd, layout.file_bytes)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except DiskReplayError:
+        raise
+    except OSError as exc:
+        raise io_error(f"creating {path}", exc) from exc
+
+
+class CheckpointFile:
+    """Reads and writes the two checkpoint slots."""
+
+    def __init__(self, directory: str, layout: CheckpointLayout, writable: bool):
+        self.path = os.path.join(directory, CHECKPOINT_FILE)
+        self.layout = layout
+        try:
+            self.fd = os.open(self.path, os.O_RDWR if writable else os.O_RDONLY)
+        except FileNotFoundError:
+            from .errors import CorruptStoreError
+
+            raise CorruptStoreError(f"{self.path} is missing") from None
+        except OSError as exc:
+            raise io_error(f"opening {self.path}", exc) from exc
+        size = os.fstat(self.fd).st_size
+        if size != layout.file_bytes:
+            os.close(self.fd)
+            from .errors import CorruptStoreError
+
+            raise CorruptStoreError(f"{self.path} is {size} bytes, expected {layout.file_bytes} bytes")
+
+    def read_header(self, slot: int) -> Checkpoint | None:
+        """The slot's header if header and body checksums hold, else None."""
+        raw = os.pread(self.fd, _HEADER.size, self.layout.slot_offset(slot))
+        if len(raw) != _HEADER.size:
+            return None
+        (magic, version, slot_no, generation, seen, base, draws, resets, first, count,
+         flush_ns, body_len, body_crc, header_crc) = _HEADER.unpack(raw)
+        if magic != MAGIC or version != 1 or slot_no != slot:
+            return None
+        if zlib.crc32(raw[:-4]) != header_crc or body_len != self.layout.body_bytes:
+            return None
+        if not (0 <= base <= seen and count <= self.layout.reserve_rows):
+            return None
+        if self._body_crc(slot) != body_crc:
+            return None
+        return Checkpoint(slot, generation, seen, base, draws, resets, first, count, flush_ns)
+
+    def _body_crc(self, slot: int) -> int:
+        crc = 0
+        pos = self.layout.slot_offset(slot) + HEADER_BYTES
+        remaining = self.layout.body_bytes
+        while remaining > 0:
+            chunk = os.pread(self.fd, min(remaining, 8 << 20), pos)
+            if not chunk:
+                return -1
+            crc = zlib.crc32(chunk, crc)
+            pos += len(chunk)
+            remaining -= len(chunk)
+        return crc
+
+    def newest(self) -> Checkpoint | None:
+        """The valid checkpoint with the highest generation (None if neither slot is valid)."""
+        found = [c for c in (self.read_header(0), self.read_header(1)) if c is not None]
+        return max(found, key=lambda c: c.generation) if found else None
+
+    def write(self, slot: int, generation: int, seen: int, base: int, draws: int, resets: int,
+              ns_rows: np.ndarray, reserve_first: int, reserve_parts: dict) -> None:
+        """Write a whole slot and fsync it. ``reserve_parts[name]`` is a list of row blocks
+        (views into the ring) holding the rows from ``reserve_first`` on, in order."""
+        base_off = self.layout.slot_offset(slot) + HEADER_BYTES
+        self._pwrite(ns_rows, base_off)
+        count = 0
+        for name, blocks in reserve_parts.items():
+            pos = base_off + self.layout.field_offsets[name]
+            rows = 0
+            for block in blocks:
+                self._pwrite(block, pos)
+                pos += block.nbytes
+                rows += len(block)
+            count = rows
+        # The body checksum covers the whole region as it is in the file, unused rows too,
+        # because that is what recovery reads back.
+        flush_ns = time.time_ns()
+        header = _HEADER.pack(MAGIC, 1, slot, generation, seen, base, draws, resets,
+                              reserve_first, count, flush_ns, self.layout.body_bytes, 0, 0)
+        try:
+            os.fsync(self.fd)
+        except OSError as exc:
+            raise io_error(f"syncing {self.path}", exc) from exc
+        body_crc = self._body_crc(slot)
+        header = header[:-8] + struct.pack("<I", body_crc)
+        header += struct.pack("<I", zlib.crc32(header))
+        self._pwrite(header, self.layout.slot_offset(slot))
+        try:
+            os.fsync(self.fd)
+        except OSError as exc:
+            raise io_error(f"syncing {self.path}", exc) from exc
+
+    def _pwrite(self, data, offset: int) -> None:
+        view = memoryview(np.ascontiguousarray(data)).cast("B") if isinstance(data, np.ndarray) else memoryview(data)
+        try:
+            while view:
+                n = os.pwrite(self.fd, view, offset)
+                view = view[n:]
+                offset += n
+        except OSError as exc:
+            raise io_error(f"writing {self.path}", exc) from exc
+
+    def read_reserve_rows(self, slot: int, name: str, ks: np.ndarray) -> np.ndarray:
+        spec = self.layout.fields[name]
+        out = np.empty((len(ks),) + spec.shape, spec.dtype)
+        flat = out.reshape(len(ks), -1).view(np.uint8) if spec.row_bytes else out
+        for i, k in enumerate(ks):
+            raw = os.pread(self.fd, spec.row_bytes, self.layout.reserve_row_offset(slot, name, int(k)))
+            flat[i] = np.frombuffer(raw, np.uint8)
+        return out
+
+    def read_ns(self, slot: int, num_envs: int) -> np.ndarray:
+        spec = self.layout.fields["states"]
+        raw = os.pread(self.fd, self.layout.ns_bytes, self.layout.slot_offset(slot) + HEADER_BYTES)
+        return np.frombuffer(raw, spec.dtype).reshape((num_envs,) + spec.shape).copy()
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1

@@ -1,0 +1,114 @@
+"""``meta.bin``: the live counters of a store, one memory-mapped page of int64 words.
+
+The writer commits an add by storing ``seen`` and its check word; a process crash
+cannot tear an aligned 8-byte store, and a power cut is handled by ignoring this
+file in favour of the last checkpoint (the boot id tells the two apart).
+"""
+from __future__ import annotations
+
+import os
+import uuid
+
+import numpy as np
+
+from .backends.base import MappedFile
+from .errors import CorruptStoreError
+from .fsutil import io_error
+
+COUNTERS_FILE = "meta.bin"
+COUNTERS_BYTES = 4096
+MAGIC = int.from_bytes(b"DRMETA01", "little", signed=True)
+
+# Word indices of the record.
+W_MAGIC, W_VERSION, W_SEEN, W_CHECK, W_INTENT, W_BASE, W_DRAWS, W_KEY = range(8)
+W_BOOT, W_PID, W_CLEAN, W_FLUSH_NS, W_RESETS, W_CHECKPOINT = range(8, 14)
+NWORDS = 14
+
+
+def current_boot_id() -> int:
+    """This boot's id as an int64; changes after every reboot, power cut or OS crash."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            return int.from_bytes(uuid.UUID(f.read().strip()).bytes[:8], "little", signed=True)
+    except (OSError, ValueError):
+        return 0  # unknown: recovery then trusts only the last checkpoint after a crash
+
+
+def create_counters(directory: str) -> None:
+    words = np.zeros(COUNTERS_BYTES // 8, np.int64)
+    words[W_MAGIC] = MAGIC
+    words[W_VERSION] = 1
+    words[W_CLEAN] = 1
+    path = os.path.join(directory, COUNTERS_FILE)
+    try:
+        with open(path, "wb") as f:
+            f.write(words.tobytes())
+            f.flush()
+            os.fsync(f.fileno())
+    except OSError as exc:
+        raise io_error(f"creating {path}", exc) from exc
+
+
+class Counters:
+    """The mapped record. ``words`` is a plain int64 ndarray over the page."""
+
+    def __init__(self, directory: str, writable: bool):
+        self.path = os.path.join(directory, COUNTERS_FILE)
+        self.file = MappedFile(self.path, writable)
+        if self.file.size != COUNTERS_BYTES:
+            size = self.file.size
+            self.file.close()
+            raise CorruptStoreError(f"{self.path} is {size} bytes, expected {COUNTERS_BYTES}")
+        self.words = self.file.array(0, (COUNTERS_BYTES // 8,), np.int64)
+
+    def problem(self, num_envs: int) -> str | None:
+        """Why the record cannot be trusted, or None when it is self-consistent."""
+        w = [int(x) for x in self.words[:NWORDS]]
+        if w[W_MAGIC] != MAGIC:
+            return "bad magic number"
+        if w[W_VERSION] != 1:
+            return f"unknown record version {w[W_VERSION]}"
+        seen, base = w[W_SEEN], w[W_BASE]
+        if seen ^ w[W_KEY] != w[W_CHECK]:
+            return "seen_size and its check word disagree"
+        if not (0 <= base <= seen) or seen % num_envs or base % num_envs:
+            return f"seen_size {seen} / reset base {base} are not valid for {num_envs} envs"
+        if w[W_DRAWS] < 0 or w[W_RESETS] < 0:
+            return "negative sampler draws or reset count"
+        if w[W_INTENT] not in (seen, seen + num_envs):
+            return f"in-flight marker {w[W_INTENT]} does not follow seen_size {seen}"
+        return None
+
+    def snapshot(self) -> tuple:
+        """(seen, intent, base, draws, resets) read in an order safe against a live writer."""
+        w = self.words
+        resets = int(w[W_RESETS])
+        seen = int(w[W_SEEN])
+        return seen, int(w[W_INTENT]), int(w[W_BASE]), int(w[W_DRAWS]), resets
+
+    def commit_state(self, seen: int, base: int, draws: int, resets: int) -> None:
+        """Overwrite the whole state (used at open and reset, never on the hot path)."""
+        w = self.words
+        w[W_INTENT] = seen
+        w[W_BASE] = base
+        w[W_RESETS] = resets
+        w[W_DRAWS] = draws
+        w[W_SEEN] = seen
+        w[W_CHECK] = seen ^ int(w[W_KEY])
+
+    def claim(self, boot: int, pid: int, key: int) -> None:
+        """Mark the record as held by a live writer of this boot."""
+        w = self.words
+        seen = int(w[W_SEEN])
+        w[W_KEY] = key
+        w[W_CHECK] = seen ^ key
+        w[W_BOOT] = boot
+        w[W_PID] = pid
+        w[W_CLEAN] = 0
+
+    def sync(self) -> None:
+        self.file.sync()
+
+    def close(self) -> None:
+        self.words = None
+        self.file.close()

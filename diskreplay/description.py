@@ -1,0 +1,96 @@
+"""``store.json``: the static description of a store, written once atomically."""
+from __future__ import annotations
+
+import json
+import os
+import time
+
+from .errors import CorruptStoreError, InvalidArgumentError, UnsupportedFormatError
+from .fsutil import atomic_write, io_error
+from .schema import fields_from_json
+
+FORMAT_VERSION = 1
+DESCRIPTION_FILE = "store.json"
+_BACKENDS = ("memmap", "hdf5")
+
+
+def new_description(*, backend, max_size, num_envs, batch_size, use_cer, fields, entropy,
+                    reserve_rows, flush_every) -> dict:
+    return {
+        "format": "diskreplay",
+        "format_version": FORMAT_VERSION,
+        "backend": backend,
+        "max_size": max_size,
+        "num_envs": num_envs,
+        "batch_size": batch_size,
+        "use_cer": use_cer,
+        "fields": None if fields is None else {n: s.to_json() for n, s in fields.items()},
+        "seed_entropy": str(entropy),
+        "reserve_rows": reserve_rows,
+        "flush_every": flush_every,
+        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+
+
+def write_description(directory: str, description: dict) -> None:
+    atomic_write(os.path.join(directory, DESCRIPTION_FILE),
+                 (json.dumps(description, indent=2) + "\n").encode())
+
+
+def read_description(directory: str) -> dict:
+    """Parse and validate ``store.json``; the result has ``fields`` as FieldSpecs (or None)."""
+    path = os.path.join(directory, DESCRIPTION_FILE)
+    try:
+        with open(path, "rb") as f:
+            raw = f.read(1 << 20)
+    except OSError as exc:
+        raise io_error(f"reading {path}", exc) from exc
+    return parse_description(raw, path)
+
+
+def parse_description(raw: bytes, path: str = DESCRIPTION_FILE) -> dict:
+    """Validate the bytes of a description; every problem is a CorruptStoreError naming ``path``."""
+    try:
+        d = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise CorruptStoreError(f"{path} is not valid JSON ({exc}); the store description is damaged") from exc
+    if not isinstance(d, dict) or d.get("format") != "diskreplay":
+        raise CorruptStoreError(f"{path} is not a diskreplay store description")
+    version = d.get("format_version")
+    if not _is_int(version) or version < 1:
+        raise CorruptStoreError(f"{path}: format_version is {version!r}, expected a positive integer")
+    if version > FORMAT_VERSION:
+        raise UnsupportedFormatError(
+            f"{path}: the store has format_version {version}, this diskreplay reads up to "
+            f"{FORMAT_VERSION}; upgrade diskreplay to open it")
+
+    def need(key, check, what):
+        value = d.get(key)
+        if not check(value):
+            raise CorruptStoreError(f"{path}: {key} is {value!r}, expected {what}")
+        return value
+
+    need("backend", lambda v: v in _BACKENDS, f"one of {_BACKENDS}")
+    max_size = need("max_size", lambda v: _is_int(v) and v >= 1, "an integer >= 1")
+    num_envs = need("num_envs", lambda v: _is_int(v) and 1 <= v <= max_size, f"an integer in [1, {max_size}]")
+    need("batch_size", lambda v: _is_int(v) and v >= 1, "an integer >= 1")
+    need("use_cer", lambda v: isinstance(v, bool), "true or false")
+    need("seed_entropy", lambda v: isinstance(v, str) and v.isdigit(), "a decimal string")
+    need("flush_every", lambda v: v is None or (_is_int(v) and v >= 1), "null or an integer >= 1")
+    out = dict(d)
+    if d.get("fields") is None:
+        out["fields"] = None
+        out["reserve_rows"] = None
+    else:
+        try:
+            out["fields"] = fields_from_json(d["fields"])
+        except InvalidArgumentError as exc:
+            raise CorruptStoreError(f"{path}: fields are invalid: {exc}") from exc
+        need("reserve_rows", lambda v: _is_int(v) and num_envs <= v <= max_size + num_envs,
+             f"an integer in [{num_envs}, {max_size + num_envs}]")
+    out["seed_entropy"] = int(d["seed_entropy"])
+    return out
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)

@@ -1,0 +1,82 @@
+"""The exceptions diskreplay raises on purpose.
+
+Every error derives from :class:`DiskReplayError`; where a builtin exception
+fits, the subclass inherits it too, so ``except FileNotFoundError`` keeps
+working for code that does not know diskreplay.
+"""
+
+
+class DiskReplayError(Exception):
+    """Base class of every error diskreplay raises on purpose."""
+
+
+class InvalidArgumentError(DiskReplayError, ValueError):
+    """An argument to a diskreplay function is out of range or of the wrong kind."""
+
+
+class SchemaMismatchError(DiskReplayError, ValueError):
+    """Data passed to ``add`` does not match the store's field shapes or dtypes."""
+
+
+class StoreNotFoundError(DiskReplayError, FileNotFoundError):
+    """No store exists at the given path."""
+
+
+class StoreExistsError(DiskReplayError, FileExistsError):
+    """A store (or other content) already exists where one would be created."""
+
+
+class NotAStoreError(DiskReplayError):
+    """The path exists but is not a diskreplay store."""
+
+
+class IncompleteStoreError(DiskReplayError):
+    """The store was never completely created (its creator died half-way)."""
+
+
+class CorruptStoreError(DiskReplayError):
+    """A file of the store is damaged, truncated or does not match the description."""
+
+
+class UnsupportedFormatError(DiskReplayError):
+    """The store was written by a format version this diskreplay does not read."""
+
+
+class StoreLockedError(DiskReplayError, BlockingIOError):
+    """Another live process holds the store open for writing."""
+
+
+class ReadOnlyError(DiskReplayError, PermissionError):
+    """A write was attempted on a store opened read-only (or that cannot be written)."""
+
+
+class StorePermissionError(DiskReplayError, PermissionError):
+    """The operating system refused access to a file of the store."""
+
+
+class EmptyStoreError(DiskReplayError, LookupError):
+    """The operation needs transitions but the store holds none."""
+
+
+class IndexOutOfRangeError(DiskReplayError, IndexError):
+    """A slot index lies outside ``[0, size)``."""
+
+
+class InsufficientSpaceError(DiskReplayError, OSError):
+    """The filesystem has not enough free space for the store."""
+
+
+class StoreIOError(DiskReplayError, OSError):
+    """An I/O operation of the store failed; a writer refuses further writes until reopened."""
+
+
+class StoreClosedError(DiskReplayError):
+    """The store was used after ``close()``."""
+
+
+class TornReadError(DiskReplayError):
+    """A reader kept racing the writer on the same rows and gave up."""
+
+
+class RecoveryWarning(UserWarning):
+    """Opening the store needed recovery (journal replay or rollback to the last flush)."""

@@ -1,0 +1,95 @@
+"""Small filesystem helpers: durable atomic writes, preallocation, free-space checks."""
+from __future__ import annotations
+
+import errno
+import os
+
+from .errors import InsufficientSpaceError, StoreIOError, StorePermissionError
+
+_ZEROS = bytes(1 << 20)
+
+
+def fsync_dir(path: str) -> None:
+    """Make a rename or file creation in directory ``path`` durable."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def atomic_write(path: str, data: bytes) -> None:
+    """Replace ``path`` by ``data`` so that a crash leaves the old or the new file, whole."""
+    tmp = f"{path}.tmp-{os.getpid()}"
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    fsync_dir(os.path.dirname(os.path.abspath(path)))
+
+
+def free_bytes(path: str) -> int:
+    st = os.statvfs(path)
+    return st.f_bavail * st.f_frsize
+
+
+def check_free_space(path: str, needed: int) -> None:
+    """Refuse up front when the filesystem of ``path`` cannot hold ``needed`` more bytes."""
+    available = free_bytes(path)
+    if needed > available:
+        raise InsufficientSpaceError(
+            errno.ENOSPC,
+            f"not enough free space for the store at {path}: it needs {format_bytes(needed)} "
+            f"({needed} bytes), the filesystem has {format_bytes(available)} ({available} bytes) free")
+
+
+def preallocate(fd: int, offset: int, length: int, path: str) -> None:
+    """Reserve disk blocks for ``[offset, offset+length)`` so later writes through mmap cannot hit ENOSPC."""
+    if length <= 0:
+        return
+    try:
+        os.posix_fallocate(fd, offset, length)
+        return
+    except OSError as exc:
+        if exc.errno == errno.ENOSPC:
+            raise InsufficientSpaceError(
+                errno.ENOSPC, f"not enough free space to preallocate {format_bytes(length)} for {path}") from exc
+        if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
+            raise io_error(f"preallocating {path}", exc) from exc
+    # Filesystem without fallocate: write zeros, which allocates the blocks just as well.
+    pos = offset
+    end = offset + length
+    while pos < end:
+        try:
+            pos += os.pwrite(fd, _ZEROS[: min(len(_ZEROS), end - pos)], pos)
+        except OSError as exc:
+            raise io_error(f"preallocating {path}", exc) from exc
+
+
+def io_error(what: str, exc: OSError) -> Exception:
+    """A DiskReplayError for an OSError raised while doing ``what``."""
+    if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        return StorePermissionError(exc.errno, f"{what}: {exc.strerror or exc}")
+    if exc.errno == errno.ENOSPC:
+        return InsufficientSpaceError(exc.errno, f"{what}: no space left on device")
+    return StoreIOError(exc.errno, f"{what}: {exc.strerror or exc}")
+
+
+def format_bytes(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n} B"

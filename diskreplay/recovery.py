@@ -1,0 +1,109 @@
+"""Deciding what state a store is in when it is opened, and restoring it.
+
+Three cases, told apart by the live counters and the boot id they were written in:
+
+* clean: the last writer closed the store; the live counters are the state.
+* process crash (same boot, not clean): every ``add`` that returned is in the page
+  cache, so the live counters are the state; the rows of the one step that was in
+  flight may be half-written and are restored from the undo reserve.
+* power cut or OS crash (another boot), or live counters that fail their checks:
+  pages reached the disk in any order, so the state is the newest valid checkpoint,
+  and every row written after it is restored from the undo reserve.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import ring
+from .checkpoint import Checkpoint, CheckpointFile
+from .counters import W_BOOT, W_CLEAN, W_KEY, Counters, current_boot_id
+from .errors import CorruptStoreError
+
+
+@dataclass
+class OpenState:
+    seen: int
+    base: int
+    draws: int
+    resets: int
+    # Transitions (lo, hi] whose slots must be read from the undo reserve, if any.
+    restore_from: int
+    restore_to: int
+    from_checkpoint: bool
+    reason: str | None  # why recovery was needed, None when the store was closed cleanly
+
+
+def decide_state(counters: Counters, checkpoint: Checkpoint | None, num_envs: int,
+                 reserve_rows: int) -> OpenState:
+    problem = counters.problem(num_envs)
+    words = counters.words
+    if problem is None:
+        seen, intent, base, draws, resets = counters.snapshot()
+        clean = int(words[W_CLEAN]) == 1
+        same_boot = int(words[W_BOOT]) == current_boot_id() and current_boot_id() != 0
+        if clean:
+            return OpenState(seen, base, draws, resets, seen, seen, False, None)
+        if same_boot or checkpoint is None and seen == 0:
+            reason = None if intent == seen else (
+                f"the last writer stopped during an add; restored the {intent - seen} rows it was writing")
+            if reason is None:
+                reason = "the last writer stopped without closing the store; nothing was lost"
+            return OpenState(seen, base, draws, resets, seen, intent, False, reason)
+        problem = "written before the last reboot, power cut or OS crash"
+    if checkpoint is None:
+        raise CorruptStoreError(
+            f"{counters.path}: the live counters cannot be used ({problem}) and no valid "
+            "checkpoint exists to fall back on; the store cannot be recovered")
+    c = checkpoint
+    return OpenState(c.seen, c.base, c.draws, c.resets, c.seen, c.seen + reserve_rows, True,
+                     f"the live counters were {problem}; rolled back to the last flush "
+                     f"(seen_size {c.seen})")
+
+
+def reserve_indices(t_lo: int, t_hi: int, checkpoint: Checkpoint, base: int, max_size: int):
+    """Transitions in ``(t_lo, t_hi]`` whose slots held older rows, with their reserve row index.
+
+    Only slots that were occupied need restoring (``t - base > max_size``); the reserve
+    covers ``[reserve_first, reserve_first + reserve_count)``.
+    """
+    first = max(t_lo + 1, base + max_size + 1, checkpoint.reserve_first)
+    last = min(t_hi, checkpoint.reserve_first + checkpoint.reserve_count - 1)
+    if first > last:
+        return np.empty(0, np.int64), np.empty(0, np.int64)
+    ts = np.arange(first, last + 1, dtype=np.int64)
+    return ts, ts - checkpoint.reserve_first
+
+
+def check_reserve_covers(t_lo: int, t_hi: int, checkpoint: Checkpoint | None, base: int,
+                         max_size: int, path: str) -> None:
+    """Fail loudly if some overwritten row has no undo copy (it would mean lost data)."""
+    first = max(t_lo + 1, base + max_size + 1)
+    if first > t_hi:
+        return
+    if checkpoint is None or first < checkpoint.reserve_first or (
+            t_hi > checkpoint.reserve_first + checkpoint.reserve_count - 1):
+        raise CorruptStoreError(
+            f"{path}: rows of transitions {first}..{t_hi} were being overwritten but the undo "
+            "reserve does not cover them; the store cannot be recovered")
+
+
+def restore_rows(arrays: dict, ckfile: CheckpointFile, checkpoint: Checkpoint, t_lo: int, t_hi: int,
+                 base: int, max_size: int) -> int:
+    """Copy undo-reserve rows back into the ring for transitions in ``(t_lo, t_hi]``."""
+    ts, ks = reserve_indices(t_lo, t_hi, checkpoint, base, max_size)
+    if len(ts) == 0:
+        return 0
+    slots = (ts - base - 1) % max_size
+    for name, arr in arrays.items():
+        arr[slots] = ckfile.read_reserve_rows(checkpoint.slot, name, ks)
+    return len(ts)
+
+
+def key_of(counters: Counters) -> int:
+    return int(counters.words[W_KEY])
+
+
+__all__ = ["OpenState", "decide_state", "restore_rows", "reserve_indices", "check_reserve_covers",
+           "ring"]

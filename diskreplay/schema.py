@@ -1,0 +1,174 @@
+"""Fields of a store: their declaration, inference from the first add, and input checks."""
+from __future__ import annotations
+
+import numbers
+from dataclasses import dataclass
+
+import numpy as np
+
+from .errors import InvalidArgumentError, SchemaMismatchError
+
+CORE_FIELDS = ("states", "actions", "rewards", "dones")
+RESERVED_NAMES = ("next_states",)
+_NUMERIC_KINDS = "biuf"
+
+
+@dataclass(frozen=True)
+class FieldSpec:
+    """One per-transition field: its name, per-transition shape and dtype."""
+
+    name: str
+    shape: tuple
+    dtype: np.dtype
+
+    @property
+    def row_bytes(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
+
+    def describe(self) -> str:
+        return f"{self.shape} {self.dtype}"
+
+    def to_json(self) -> dict:
+        return {"shape": list(self.shape), "dtype": self.dtype.str}
+
+
+def check_dtype(name: str, dtype) -> np.dtype:
+    try:
+        dt = np.dtype(dtype)
+    except TypeError as exc:
+        raise InvalidArgumentError(f"field {name!r}: {dtype!r} is not a numpy dtype") from exc
+    if dt.kind not in _NUMERIC_KINDS or dt.fields is not None or dt.subdtype is not None:
+        raise InvalidArgumentError(
+            f"field {name!r}: dtype {dt} is not supported; use a bool, integer or float dtype")
+    return dt.newbyteorder("=") if dt.byteorder not in "=|" else dt
+
+
+def check_shape(name: str, shape) -> tuple:
+    if isinstance(shape, numbers.Integral):
+        shape = (shape,)
+    try:
+        shape = tuple(int(d) for d in shape)
+    except (TypeError, ValueError) as exc:
+        raise InvalidArgumentError(f"field {name!r}: shape {shape!r} is not a tuple of ints") from exc
+    if any(d < 0 for d in shape):
+        raise InvalidArgumentError(f"field {name!r}: shape {shape} has a negative dimension")
+    return shape
+
+
+def normalize_fields(fields) -> dict[str, FieldSpec]:
+    """Validate a user ``fields`` declaration ``{name: (shape, dtype)}``."""
+    if not isinstance(fields, dict):
+        raise InvalidArgumentError(
+            f"fields must be a dict {{name: (shape, dtype)}}, got {type(fields).__name__}")
+    missing = [n for n in CORE_FIELDS if n not in fields]
+    if missing:
+        raise InvalidArgumentError(
+            f"fields lacks {', '.join(missing)}; it must declare {', '.join(CORE_FIELDS)}")
+    specs = {}
+    for name in list(CORE_FIELDS) + [n for n in fields if n not in CORE_FIELDS]:
+        check_field_name(name)
+        spec = fields[name]
+        if isinstance(spec, dict):
+            shape, dtype = spec.get("shape"), spec.get("dtype")
+        else:
+            try:
+                shape, dtype = spec
+            except (TypeError, ValueError) as exc:
+                raise InvalidArgumentError(
+                    f"field {name!r}: expected (shape, dtype), got {spec!r}") from exc
+        specs[name] = FieldSpec(name, check_shape(name, shape), check_dtype(name, dtype))
+    return specs
+
+
+def check_field_name(name) -> None:
+    if not isinstance(name, str) or not name.isidentifier() or name.startswith("_"):
+        raise InvalidArgumentError(
+            f"field name {name!r} is not allowed; use a Python identifier not starting with '_'")
+    if name in RESERVED_NAMES:
+        raise InvalidArgumentError(
+            f"field name {name!r} is reserved: next states are derived from 'states'")
+
+
+def _inferred_dtype(value) -> np.dtype:
+    """numpy arrays and scalars keep their dtype; Python bool/int/float become bool/int64/float32."""
+    if isinstance(value, (np.ndarray, np.generic)):
+        return value.dtype
+    arr = np.asarray(value)
+    if arr.dtype.kind == "b":
+        return np.dtype(bool)
+    if arr.dtype.kind in "iu":
+        return np.dtype(np.int64)
+    if arr.dtype.kind == "f":
+        return np.dtype(np.float32)
+    return arr.dtype
+
+
+def infer_fields(values: dict, num_envs: int) -> dict[str, FieldSpec]:
+    """Field specs from the values of a first ``add`` (leading env axis removed if num_envs > 1)."""
+    specs = {}
+    for name, value in values.items():
+        check_field_name(name)
+        dtype = _inferred_dtype(value)
+        if dtype.kind not in _NUMERIC_KINDS:
+            raise SchemaMismatchError(
+                f"{name}: got non-numeric data ({_describe(value)}); fields must be bool, int or float")
+        shape = np.shape(value)
+        if num_envs > 1:
+            if len(shape) == 0 or shape[0] != num_envs:
+                raise SchemaMismatchError(
+                    f"{name}: got shape {shape}, expected a leading env axis of {num_envs}")
+            shape = shape[1:]
+        specs[name] = FieldSpec(name, tuple(shape), check_dtype(name, dtype))
+    return specs
+
+
+def _describe(value) -> str:
+    if isinstance(value, (np.ndarray, np.generic)):
+        return f"shape {value.shape} {value.dtype}"
+    return type(value).__name__
+
+
+def coerce(spec: FieldSpec, value, num_envs: int) -> np.ndarray:
+    """``value`` as an array of the field's dtype and shape (with env axis), or a clear error.
+
+    Refuses what would silently change data: floats into integer fields, integers
+    out of the field's range, non-numeric data, and wrong shapes.
+    """
+    expected = spec.shape if num_envs == 1 else (num_envs,) + spec.shape
+    where = f"{spec.name}: store has {spec.describe()}"
+    if num_envs > 1:
+        where += f" per env with {num_envs} envs"
+    try:
+        arr = np.asarray(value)
+    except (TypeError, ValueError) as exc:
+        raise SchemaMismatchError(f"{spec.name}: cannot read {_describe(value)} as an array; {where}") from exc
+    if arr.dtype.kind not in _NUMERIC_KINDS:
+        raise SchemaMismatchError(f"{spec.name}: got non-numeric data ({arr.dtype}); {where}")
+    if arr.shape != expected:
+        raise SchemaMismatchError(f"{spec.name}: got shape {arr.shape}, expected {expected}; {where}")
+    target = spec.dtype
+    if arr.dtype == target:
+        return arr
+    if target.kind == "f":
+        return arr.astype(target)
+    if arr.dtype.kind == "f":
+        raise SchemaMismatchError(
+            f"{spec.name}: got float data ({arr.dtype}) for an integer/bool field; {where}")
+    if target.kind == "b":
+        if arr.size and not np.isin(arr, (0, 1)).all():
+            raise SchemaMismatchError(f"{spec.name}: got values other than 0/1 for a bool field; {where}")
+        return arr.astype(bool)
+    info = np.iinfo(target)
+    if arr.size and (arr.min() < info.min or arr.max() > info.max):
+        raise SchemaMismatchError(
+            f"{spec.name}: values [{arr.min()}, {arr.max()}] do not fit {target} "
+            f"[{info.min}, {info.max}]; {where}")
+    return arr.astype(target)
+
+
+def fields_from_json(obj) -> dict[str, FieldSpec]:
+    """Parse the ``fields`` object of a store description (raises InvalidArgumentError)."""
+    if not isinstance(obj, dict):
+        raise InvalidArgumentError("fields is not an object")
+    return normalize_fields({k: (v.get("shape"), v.get("dtype")) if isinstance(v, dict) else v
+                             for k, v in obj.items()})

@@ -1,0 +1,862 @@
+"""The ``DiskReplay`` facade: SLM-Lab's uniform replay memory, stored on disk.
+
+Write protocol of one ``add`` (one env step of ``num_envs`` transitions):
+
+1. mark the step in flight (``intent``) in the live counters;
+2. write its rows in place in the ring and its next states into the ``ns_buffer``
+   area of its parity (the previous step's area stays intact);
+3. commit by storing ``seen_size`` (and its check word).
+
+A process crash between 1 and 3 leaves rows half-written in slots that held older
+transitions; those are restored from the undo reserve of the last checkpoint,
+which always covers them because an add that would overwrite a row without an undo
+copy flushes first. ``flush()`` syncs every data file, then writes a new checkpoint
+(counters, ``ns_buffer`` and undo copies of the rows the next adds will overwrite).
+"""
+from __future__ import annotations
+
+import numbers
+import os
+import secrets
+import shutil
+import time
+import warnings
+from typing import Callable
+
+import numpy as np
+
+from . import ring
+from .backends import get_backend
+from .checkpoint import CHECKPOINT_FILE, CheckpointFile, CheckpointLayout, create_checkpoint_file
+from .counters import (COUNTERS_FILE, W_CHECK, W_CLEAN, W_DRAWS, W_FLUSH_NS, W_INTENT, W_KEY,
+                       W_PID, W_RESETS, W_SEEN, Counters, create_counters, current_boot_id)
+from .description import (DESCRIPTION_FILE, FORMAT_VERSION, new_description, read_description,
+                          write_description)
+from .errors import (CorruptStoreError, DiskReplayError, EmptyStoreError, IncompleteStoreError,
+                     IndexOutOfRangeError, InvalidArgumentError, NotAStoreError, ReadOnlyError,
+                     RecoveryWarning, SchemaMismatchError, StoreClosedError, StoreExistsError,
+                     StoreIOError, StoreNotFoundError, TornReadError)
+from .fsutil import check_free_space, fsync_dir, io_error
+from .lock import LOCK_FILE, WriterLock, writer_alive
+from .npyfile import create_npy, open_npy
+from .recovery import check_reserve_covers, decide_state, reserve_indices, restore_rows
+from .schema import CORE_FIELDS, FieldSpec, coerce, infer_fields, normalize_fields
+
+CREATING_MARKER = "CREATING"
+NS_FILE = "ns_buffer.npy"
+DEFAULT_RESERVE_BYTES = 16 << 20
+_RETRIES = 200
+
+
+def _check_count(name: str, value, minimum: int = 1) -> int:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise InvalidArgumentError(f"{name} must be an integer >= {minimum}, got {value!r}")
+    if isinstance(value, numbers.Integral):
+        value = int(value)
+    elif float(value).is_integer():
+        value = int(value)  # accept 1e6, as SLM-Lab specs write it
+    else:
+        raise InvalidArgumentError(f"{name} must be an integer >= {minimum}, got {value!r}")
+    if value < minimum:
+        raise InvalidArgumentError(f"{name} must be >= {minimum}, got {value}")
+    return value
+
+
+def _store_files(backend_name: str, fields) -> list[str]:
+    files = [DESCRIPTION_FILE, COUNTERS_FILE, LOCK_FILE, CREATING_MARKER, NS_FILE, CHECKPOINT_FILE]
+    if fields:
+        files += get_backend(backend_name).data_files(fields)
+    return files
+
+
+def _looks_like_store(directory: str) -> bool:
+    names = set(os.listdir(directory))
+    return bool(names & {DESCRIPTION_FILE, CREATING_MARKER, COUNTERS_FILE})
+
+
+def _own_files(directory: str) -> bool:
+    """Whether every entry of ``directory`` is a file diskreplay may have made."""
+    allowed_suffixes = (".npy", ".h5")
+    for name in os.listdir(directory):
+        known = name in (DESCRIPTION_FILE, COUNTERS_FILE, LOCK_FILE, CREATING_MARKER, CHECKPOINT_FILE)
+        if not (known or name.endswith(allowed_suffixes) or ".tmp-" in name):
+            return False
+    return True
+
+
+def reserve_rows_for(fields, num_envs: int, max_size: int, flush_every: int | None) -> int:
+    """Rows of undo reserve: enough for ``flush_every`` steps, else about 16 MiB, within bounds."""
+    row_bytes = sum(spec.row_bytes for spec in fields.values())
+    rows = DEFAULT_RESERVE_BYTES // max(row_bytes, 1)
+    if flush_every is not None:
+        rows = flush_every * num_envs
+    return int(min(max(rows, num_envs), max_size + num_envs))
+
+
+class DiskReplay:
+    """A replay memory of ``max_size`` transitions in a store directory on disk.
+
+    Create one with :meth:`create`, reopen it with :meth:`open`. Semantics are those
+    of SLM-Lab's ``Replay`` (see ``DESIGN.md``) with the wrap-around bug fixed, dtypes
+    kept and a persisted sampler.
+    """
+
+    # ------------------------------------------------------------------ creation
+    @classmethod
+    def create(cls, path, max_size, *, num_envs: int = 1, backend: str = "memmap", batch_size: int = 32,
+               use_cer: bool = False, seed: int | None = None, fields: dict | None = None,
+               overwrite: bool = False, flush_every: int | None = None) -> "DiskReplay":
+        """Create an empty store at ``path`` (a directory) and open it for writing.
+
+        ``fields`` declares ``{name: (shape, dtype)}`` for ``states``, ``actions``,
+        ``rewards``, ``dones`` and any extras; without it, shapes and dtypes come from
+        the first ``add`` (numpy data keeps its dtype; Python bool, int and float become
+        bool, int64 and float32). ``flush_every`` flushes automatically every that many
+        adds (default: only when the undo reserve requires it, on ``flush()`` and ``close()``).
+        """
+        max_size = _check_count("max_size", max_size)
+        num_envs = _check_count("num_envs", num_envs)
+        batch_size = _check_count("batch_size", batch_size)
+        if num_envs > max_size:
+            raise InvalidArgumentError(f"num_envs ({num_envs}) must not exceed max_size ({max_size})")
+        if flush_every is not None:
+            flush_every = _check_count("flush_every", flush_every)
+        backend_impl = get_backend(backend)
+        if not isinstance(use_cer, (bool, np.bool_)):
+            raise InvalidArgumentError(f"use_cer must be True or False, got {use_cer!r}")
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or seed < 0):
+            raise InvalidArgumentError(f"seed must be a non-negative integer or None, got {seed!r}")
+        specs = normalize_fields(fields) if fields is not None else None
+        if specs is not None:
+            _check_row_sizes(specs)
+        path = os.fspath(path)
+        directory = os.path.abspath(path)
+        made_dir = _prepare_directory(directory, overwrite)
+        try:
+            lock = WriterLock(directory)
+        except BaseException:
+            if made_dir:
+                shutil.rmtree(directory, ignore_errors=True)
+            raise
+        try:
+            _remove_store_files(directory)
+            _touch(os.path.join(directory, CREATING_MARKER))
+            reserve = None
+            if specs is not None:
+                reserve = reserve_rows_for(specs, num_envs, max_size, flush_every)
+                _create_data(directory, backend_impl, specs, max_size, num_envs, reserve)
+            create_counters(directory)
+            write_description(directory, new_description(
+                backend=backend, max_size=max_size, num_envs=num_envs, batch_size=batch_size,
+                use_cer=bool(use_cer), fields=specs, entropy=ring.new_entropy(seed),
+                reserve_rows=reserve, flush_every=flush_every))
+            os.unlink(os.path.join(directory, CREATING_MARKER))
+            fsync_dir(directory)
+        except BaseException:
+            _remove_store_files(directory)
+            lock.release()
+            if made_dir:
+                shutil.rmtree(directory, ignore_errors=True)
+            raise
+        return cls(path, "r+", _lock=lock)
+
+    # ------------------------------------------------------------------ opening
+    @classmethod
+    def open(cls, path, mode: str = "r+") -> "DiskReplay":
+        """Open an existing store: ``mode="r+"`` to resume writing (one writer at a time),
+        ``mode="r"`` to read only, alongside a live writer if there is one."""
+        if mode not in ("r", "r+"):
+            raise InvalidArgumentError(f"mode must be 'r' or 'r+', got {mode!r}")
+        return cls(os.fspath(path), mode)
+
+    def __init__(self, path: str, mode: str, *, _lock: WriterLock | None = None):
+        self.path = path
+        self.mode = mode
+        self._dir = os.path.abspath(path)
+        self._closed = True
+        self._lock = _lock
+        self._failed: BaseException | None = None
+        self._storage = None
+        self._counters = None
+        self._ckfile = None
+        self._ns_file = None
+        self.batch_idxs = None
+        self.recovery_note: str | None = None
+        self._ns_override = None
+        try:
+            self._open()
+        except BaseException:
+            self._release_all()
+            raise
+        self._closed = False
+
+    def _open(self) -> None:
+        _check_is_store(self._dir)
+        desc = read_description(self._dir)
+        self._desc = desc
+        self.backend = desc["backend"]
+        self.max_size = desc["max_size"]
+        self.num_envs = desc["num_envs"]
+        self.batch_size = desc["batch_size"]
+        self.use_cer = desc["use_cer"]
+        self.format_version = desc["format_version"]
+        self.flush_every = desc["flush_every"]
+        self._fields: dict[str, FieldSpec] | None = desc["fields"]
+        self._reserve_rows = desc["reserve_rows"]
+        writable = self.mode == "r+"
+        if writable and self._lock is None:
+            if not os.access(self._dir, os.W_OK):
+                raise ReadOnlyError(
+                    f"{self.path} cannot be opened for writing: no write permission on the directory "
+                    "(or a read-only filesystem); open it with mode='r' to read it")
+            self._lock = WriterLock(self._dir)
+        self._counters = Counters(self._dir, writable)
+        if self._fields is not None:
+            self._map_data(writable)
+        if writable:
+            self._recover()
+            self._counters.claim(current_boot_id(), os.getpid(), secrets.randbits(62))
+            self._counters.sync()
+        else:
+            self._reader_state = None
+            self._refresh_reader()
+            self._sampler = ring.Sampler(desc["seed_entropy"], self._draws)
+        self._bind_hot_path()
+
+    def _map_data(self, writable: bool) -> None:
+        fields = self._fields
+        self._storage = get_backend(self.backend).open(self._dir, fields, self.max_size, writable)
+        states = fields["states"]
+        self._ns_file, self._ns, _ = open_npy(os.path.join(self._dir, NS_FILE),
+                                              (2, self.num_envs) + states.shape, states.dtype, writable)
+        self._layout = CheckpointLayout(fields, self.num_envs, self._reserve_rows)
+        self._ckfile = CheckpointFile(self._dir, self._layout, writable)
+
+    # ------------------------------------------------------------------ recovery (writer)
+    def _recover(self) -> None:
+        checkpoint = self._ckfile.newest() if self._ckfile else None
+        if self._fields is not None and checkpoint is None:
+            raise CorruptStoreError(
+                f"{os.path.join(self._dir, CHECKPOINT_FILE)}: neither checkpoint slot is valid")
+        state = decide_state(self._counters, checkpoint, self.num_envs, self._reserve_rows or 0)
+        if self._fields is None and state.seen != 0:
+            raise CorruptStoreError(
+                f"{self._counters.path}: seen_size is {state.seen} but the store has no fields yet")
+        if self._fields is not None:
+            check_reserve_covers(state.restore_from, state.restore_to, checkpoint, state.base,
+                                 self.max_size, self.path)
+            restored = restore_rows(self._storage.arrays, self._ckfile, checkpoint, state.restore_from,
+                                    state.restore_to, state.base, self.max_size)
+            if state.from_checkpoint:
+                self._ns[(state.seen // self.num_envs) % 2] = self._ckfile.read_ns(checkpoint.slot, self.num_envs)
+            if restored or state.from_checkpoint:
+                self._storage.sync()
+                self._ns_file.sync()
+        self._counters.commit_state(state.seen, state.base, state.draws, state.resets)
+        self._counters.sync()
+        self._seen, self._base, self._draws, self._resets = state.seen, state.base, state.draws, state.resets
+        self._checkpoint = checkpoint
+        self._sampler = ring.Sampler(self._desc["seed_entropy"], state.draws)
+        self._set_flush_limit()
+        if state.reason is not None:
+            self.recovery_note = f"{self.path}: {state.reason}"
+            warnings.warn(self.recovery_note, RecoveryWarning, stacklevel=4)
+
+    def _set_flush_limit(self) -> None:
+        """The newest transition an add may write before a flush is due (see ``add``)."""
+        if self._fields is None:
+            self._flush_before = 1 << 62
+            return
+        c = self._checkpoint
+        limit = max(c.seen + self._reserve_rows, self._base + self.max_size) if c else self._base + self.max_size
+        if c is not None and c.base != self._base:
+            limit = self._base + self.max_size
+        if self.flush_every is not None:
+            limit = min(limit, self._seen + self.flush_every * self.num_envs)
+        self._flush_before = limit
+
+    # ------------------------------------------------------------------ reader snapshots
+    def _refresh_reader(self) -> None:
+        """Read the last committed counters (for ``mode="r"``), retrying a concurrent commit."""
+        for _ in range(_RETRIES):
+            problem = self._counters.problem(self.num_envs)
+            if problem is None:
+                break
+            time.sleep(0.0005)
+        else:
+            raise CorruptStoreError(f"{self._counters.path}: {problem}; open the store with mode='r+' "
+                                    "to recover it from the last flush")
+        words = self._counters.words
+        key = int(words[W_KEY])
+        seen, intent, base, draws, resets = self._counters.snapshot()
+        overlay = None
+        checkpoint = None
+        self._ns_override = None
+        if self._fields is not None and int(words[W_CLEAN]) != 1:
+            alive = writer_alive(self._dir)
+            if not alive:
+                checkpoint = self._ckfile.newest()
+                state = decide_state(self._counters, checkpoint, self.num_envs, self._reserve_rows)
+                seen, base, draws, resets = state.seen, state.base, state.draws, state.resets
+                if state.restore_to > state.restore_from:
+                    overlay = (state.restore_from, state.restore_to)
+                if state.from_checkpoint:
+                    self._ns_override = self._ckfile.read_ns(checkpoint.slot, self.num_envs)
+        self._seen, self._base, self._draws, self._resets = seen, base, draws, resets
+        self._reader_state = (key, overlay, checkpoint)
+        if self._fields is None and seen:
+            raise CorruptStoreError(f"{self._counters.path}: seen_size is {seen} but the store has no fields")
+
+    # ------------------------------------------------------------------ attributes
+    @property
+    def fields(self) -> dict | None:
+        """``{name: (shape, dtype)}`` of the stored fields, None before the first add of an undeclared store."""
+        if self._fields is None:
+            return None
+        return {n: (s.shape, s.dtype) for n, s in self._fields.items()}
+
+    @property
+    def seen_size(self) -> int:
+        """Transitions ever added (not reset by ``reset()``)."""
+        self._check_open()
+        if self.mode == "r":
+            self._refresh_reader()
+        return self._seen - 0
+
+    @property
+    def size(self) -> int:
+        """Occupied slots, at most ``max_size``."""
+        self._check_open()
+        if self.mode == "r":
+            self._refresh_reader()
+        return ring.ring_size(self._seen, self._base, self.max_size)
+
+    @property
+    def head(self) -> int:
+        """Slot of the newest transition, -1 when empty."""
+        self._check_open()
+        if self.mode == "r":
+            self._refresh_reader()
+        return ring.ring_head(self._seen, self._base, self.max_size)
+
+    @property
+    def ns_buffer(self) -> np.ndarray:
+        """Next states of the newest ``num_envs`` transitions (a copy; empty when the store is)."""
+        self._check_open()
+        if self._fields is None or self._seen == self._base:
+            return np.empty((0,), np.float32)
+        return self._current_ns().copy()
+
+    @property
+    def last_flush_ns(self) -> int:
+        """Time of the last completed flush (ns since the epoch), 0 if never flushed."""
+        self._check_open()
+        return int(self._counters.words[W_FLUSH_NS])
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __repr__(self) -> str:
+        if self._closed:
+            return f"<DiskReplay {self.path!r} closed>"
+        return (f"<DiskReplay {self.path!r} mode={self.mode!r} backend={self.backend!r} "
+                f"size={self.size}/{self.max_size} seen_size={self._seen}>")
+
+    # ------------------------------------------------------------------ adding
+    def _bind_hot_path(self) -> None:
+        """Cache what ``add`` and ``sample`` need, so the hot path compares tuples and dtypes."""
+        self._writable = self.mode == "r+"
+        if self._fields is None:
+            return
+        n = self.num_envs
+        env = () if n == 1 else (n,)
+        arrays = self._storage.arrays
+        self._arr = [arrays[name] for name in self._fields]
+        self._extra_names = tuple(name for name in self._fields if name not in CORE_FIELDS)
+        self._extra_set = frozenset(self._extra_names)
+        specs = self._fields
+        self._state_check = (env + specs["states"].shape, specs["states"].dtype)
+        self._scalar_ok = {name: _fast_scalar_types(specs[name]) for name in self._fields}
+        self._shapes = {name: env + spec.shape for name, spec in specs.items()}
+        self._words = self._counters.words
+        self._key = int(self._words[W_KEY])
+
+    def add(self, state, action, reward, next_state, done, **extra) -> None:
+        """Add one environment step: ``num_envs`` transitions, env-major (leading env axis if num_envs > 1).
+
+        When this returns, the step survives a crash of this process; it survives a power
+        cut once ``flush()`` has returned. Bad input raises ``SchemaMismatchError`` and
+        leaves the store as it was.
+        """
+        if not self._writable or self._failed is not None:
+            raise self._write_refusal("add")
+        if self._fields is None:
+            self._materialize(state, action, reward, next_state, done, extra)
+        values = self._checked_values(state, action, reward, next_state, done, extra)
+        n = self.num_envs
+        seen = self._seen
+        t_end = seen + n
+        if t_end > self._flush_before:
+            self.flush()
+        words = self._words
+        words[W_INTENT] = t_end
+        start = (seen - self._base) % self.max_size
+        if n == 1:
+            for arr, value in zip(self._arr, values):
+                arr[start] = value
+            self._ns[t_end & 1, 0] = values[-1]
+        else:
+            stop = start + n
+            if stop <= self.max_size:
+                for arr, value in zip(self._arr, values):
+                    arr[start:stop] = value
+            else:
+                cut = self.max_size - start
+                for arr, value in zip(self._arr, values):
+                    arr[start:] = value[:cut]
+                    arr[: n - cut] = value[cut:]
+            self._ns[(t_end // n) & 1] = values[-1]
+        words[W_SEEN] = t_end
+        words[W_CHECK] = t_end ^ self._key
+        self._seen = t_end
+
+    def _checked_values(self, state, action, reward, next_state, done, extra) -> list:
+        """The step's values in field order (next_state last), validated cheaply.
+
+        The fast path accepts exact-dtype arrays and Python/numpy scalars that cannot
+        lose information; anything else goes through ``schema.coerce``.
+        """
+        shape, dtype = self._state_check
+        ok = self._scalar_ok
+        if (type(state) is np.ndarray and state.shape == shape and state.dtype == dtype
+                and type(next_state) is np.ndarray and next_state.shape == shape
+                and next_state.dtype == dtype and self.num_envs == 1
+                and _scalar_fits(ok["actions"], action) and _scalar_fits(ok["rewards"], reward)
+                and _scalar_fits(ok["dones"], done) and not extra and not self._extra_names):
+            return [state, action, reward, done, next_state]
+        return self._coerced_values(state, action, reward, next_state, done, extra)
+
+    def _coerced_values(self, state, action, reward, next_state, done, extra) -> list:
+        missing = [name for name in self._extra_names if name not in extra]
+        unknown = sorted(set(extra) - self._extra_set)
+        if missing or unknown:
+            parts = []
+            if missing:
+                parts.append(f"missing extra field(s) {', '.join(missing)}")
+            if unknown:
+                parts.append(f"unknown field(s) {', '.join(unknown)}")
+            raise SchemaMismatchError(
+                f"add: {'; '.join(parts)}; the store's fields are {', '.join(self._fields)}")
+        given = {"states": state, "actions": action, "rewards": reward, "dones": done, **extra}
+        n = self.num_envs
+        values = [coerce(spec, given[name], n) for name, spec in self._fields.items()]
+        values.append(coerce(FieldSpec("next_states", self._fields["states"].shape,
+                                       self._fields["states"].dtype), next_state, n))
+        return values
+
+    def _materialize(self, state, action, reward, next_state, done, extra) -> None:
+        """First add of a store created without ``fields``: infer them and create the data files."""
+        given = {"states": state, "actions": action, "rewards": reward, "dones": done, **extra}
+        specs = infer_fields(given, self.num_envs)
+        _check_row_sizes(specs)
+        ns = coerce(FieldSpec("next_states", specs["states"].shape, specs["states"].dtype),
+                    next_state, self.num_envs)
+        del ns
+        reserve = reserve_rows_for(specs, self.num_envs, self.max_size, self.flush_every)
+        backend = get_backend(self.backend)
+        try:
+            _create_data(self._dir, backend, specs, self.max_size, self.num_envs, reserve)
+            desc = dict(self._desc)
+            desc["fields"] = {n: s.to_json() for n, s in specs.items()}
+            desc["reserve_rows"] = reserve
+            desc["seed_entropy"] = str(desc["seed_entropy"])
+            write_description(self._dir, desc)
+        except BaseException:
+            for name in backend.data_files(specs) + [NS_FILE, CHECKPOINT_FILE]:
+                _unlink(os.path.join(self._dir, name))
+            raise
+        self._desc = read_description(self._dir)
+        self._fields = self._desc["fields"]
+        self._reserve_rows = reserve
+        self._map_data(True)
+        self._checkpoint = self._ckfile.newest()
+        self._set_flush_limit()
+        self._bind_hot_path()
+
+    # ------------------------------------------------------------------ flushing
+    def flush(self) -> None:
+        """Make everything added so far survive a power cut (until later adds evict it).
+
+        Syncs every data file and the ``ns_buffer`` first, then writes a new checkpoint
+        (counters, sampler position, ``ns_buffer`` and undo copies of the rows the next
+        adds will overwrite) and syncs it. A failed sync raises ``StoreIOError`` and the
+        store refuses writes until it is reopened.
+        """
+        if not self._writable or self._failed is not None:
+            raise self._write_refusal("flush")
+        try:
+            self._flush()
+        except DiskReplayError as exc:
+            self._failed = exc
+            raise
+        except OSError as exc:
+            self._failed = exc
+            raise io_error(f"flushing {self.path}", exc) from exc
+
+    def _flush(self) -> None:
+        words = self._words if self._fields is not None else self._counters.words
+        words[W_DRAWS] = self._sampler.draws
+        if self._fields is None:
+            self._counters.sync()
+            return
+        self._storage.sync()
+        self._ns_file.sync()
+        words[W_FLUSH_NS] = time.time_ns()
+        self._counters.sync()
+        self._write_checkpoint()
+
+    def _write_checkpoint(self) -> None:
+        seen, base, m = self._seen, self._base, self.max_size
+        generation = (self._checkpoint.generation + 1) if self._checkpoint else 1
+        slot = generation % 2
+        reserve_first = seen + 1
+        parts = {}
+        first_overwrite = max(seen + 1, base + m + 1)
+        last = seen + self._reserve_rows
+        count = max(0, last - first_overwrite + 1)
+        reserve_first = first_overwrite if count else seen + 1
+        for name, arr in self._storage.arrays.items():
+            blocks = []
+            if count:
+                start = (first_overwrite - base - 1) % m
+                end = min(start + count, m)
+                blocks.append(arr[start:end])
+                if end - start < count:
+                    blocks.append(arr[: count - (end - start)])
+            parts[name] = blocks
+        ns_rows = self._current_ns() if seen > base else np.zeros_like(self._ns[0])
+        self._ckfile.write(slot, generation, seen, base, self._sampler.draws, self._resets,
+                           ns_rows, reserve_first, parts)
+        self._checkpoint = self._ckfile.read_header(slot)
+        if self._checkpoint is None:
+            raise StoreIOError(f"{self._ckfile.path}: the checkpoint just written does not read back")
+        self._set_flush_limit()
+
+    def _current_ns(self) -> np.ndarray:
+        if self._ns_override is not None:
+            return self._ns_override
+        return self._ns[(self._seen // self.num_envs) % 2]
+
+    # ------------------------------------------------------------------ reset (SLM-Lab)
+    def reset(self) -> None:
+        """Empty the ring (``size`` 0, ``head`` -1, ``ns_buffer`` cleared) as the seed's
+        ``reset`` does; ``seen_size`` keeps counting. Durable at once."""
+        if not self._writable or self._failed is not None:
+            raise self._write_refusal("reset")
+        if self._fields is not None:
+            self.flush()
+        self._base = self._seen
+        self._resets += 1
+        self._counters.commit_state(self._seen, self._base, self._sampler.draws, self._resets)
+        if self._fields is not None:
+            self.flush()
+        else:
+            self._counters.sync()
+
+    # ------------------------------------------------------------------ sampling
+    def sample(self, batch_size: int | None = None) -> dict:
+        """A batch of uniformly sampled transitions: a dict of arrays with keys
+        ``states, actions, rewards, next_states, dones`` (and extras), in the order of
+        ``self.batch_idxs``. With ``use_cer`` the last index is the newest transition."""
+        self._check_open()
+        if batch_size is None:
+            batch_size = self.batch_size
+        elif isinstance(batch_size, bool) or not isinstance(batch_size, numbers.Integral) or batch_size < 1:
+            raise InvalidArgumentError(f"batch_size must be an integer >= 1, got {batch_size!r}")
+        if self.mode == "r":
+            self._refresh_reader()
+        size = ring.ring_size(self._seen, self._base, self.max_size)
+        if size == 0:
+            raise EmptyStoreError(f"cannot sample from {self.path}: the store is empty; add transitions first")
+        head = ring.ring_head(self._seen, self._base, self.max_size)
+        idxs = self._sampler.sample_idxs(size, int(batch_size), self.use_cer, head)
+        if self._writable:
+            self._words[W_DRAWS] = self._sampler.draws
+        self.batch_idxs = idxs
+        if self.mode == "r":
+            return self._gather_consistent(idxs)
+        return self._gather(idxs, head, self._current_ns())
+
+    def get(self, idxs) -> dict:
+        """The transitions at the given slot indices, as ``sample`` returns them."""
+        self._check_open()
+        if self.mode == "r":
+            self._refresh_reader()
+        idxs = self._checked_idxs(idxs)
+        if self.mode == "r":
+            return self._gather_consistent(idxs)
+        return self._gather(idxs, ring.ring_head(self._seen, self._base, self.max_size), self._current_ns())
+
+    def _checked_idxs(self, idxs) -> np.ndarray:
+        arr = np.asarray(idxs)
+        if arr.dtype == object or arr.dtype.kind not in "iu" and not (arr.size == 0 and arr.dtype.kind == "f"):
+            raise InvalidArgumentError(f"idxs must be integers, got {arr.dtype} data")
+        arr = arr.astype(np.int64, copy=False).reshape(-1)
+        size = ring.ring_size(self._seen, self._base, self.max_size)
+        if arr.size and (arr.min() < 0 or arr.max() >= size):
+            bad = arr[(arr < 0) | (arr >= size)][0]
+            raise IndexOutOfRangeError(f"index {bad} is outside [0, {size}) (the store holds {size} transitions)")
+        return arr
+
+    def _gather(self, idxs: np.ndarray, head: int, ns_rows: np.ndarray) -> dict:
+        """Rows at ``idxs`` plus their next states; reads only those rows."""
+        arrays = self._storage.arrays
+        states = arrays["states"]
+        ns_slots, in_buffer, buffer_idx = ring.next_state_sources(idxs, head, self.max_size, self.num_envs)
+        next_states = states.take(ns_slots, axis=0)
+        if in_buffer.any():
+            next_states[in_buffer] = ns_rows.take(buffer_idx[in_buffer], axis=0)
+        batch = {"states": states.take(idxs, axis=0),
+                 "actions": arrays["actions"].take(idxs, axis=0),
+                 "rewards": arrays["rewards"].take(idxs, axis=0),
+                 "next_states": next_states,
+                 "dones": arrays["dones"].take(idxs, axis=0)}
+        for name in self._extra_names:
+            batch[name] = arrays[name].take(idxs, axis=0)
+        return batch
+
+    def _gather_consistent(self, idxs: np.ndarray) -> dict:
+        """``_gather`` for a reader beside a live writer: retry rows the writer touched meanwhile."""
+        for _ in range(_RETRIES):
+            key, overlay, _ = self._reader_state
+            seen, base, m, n = self._seen, self._base, self.max_size, self.num_envs
+            head = ring.ring_head(seen, base, m)
+            ns_copy = self._current_ns().copy()
+            batch = self._gather(idxs, head, ns_copy)
+            if overlay is not None:
+                self._apply_overlay(batch, idxs, head, overlay, ns_copy)
+                return batch
+            words = self._counters.words
+            intent = int(words[W_INTENT])
+            if int(words[W_KEY]) == key and int(words[W_RESETS]) == self._resets and \
+                    not self._touched(idxs, head, intent, ns_touched=intent >= seen + 2 * n):
+                return batch
+            time.sleep(0.0002)
+            self._refresh_reader()
+        raise TornReadError(f"{self.path}: the writer kept overwriting the requested rows; try again")
+
+    def _touched(self, idxs, head, intent, ns_touched) -> bool:
+        """Whether the writer may have rewritten any of these slots (or their next-state
+        slots) since the snapshot: a slot is rewritten by the transition ``max_size`` after
+        the one it holds, and transitions up to ``intent`` may have been written."""
+        if ns_touched:
+            return True
+        seen, m, n = self._seen, self.max_size, self.num_envs
+        if intent <= seen:
+            return False
+        slots = np.concatenate([idxs, (idxs + n) % m])
+        held = seen - (head - slots) % m  # transition number each slot held at the snapshot
+        return bool((held + m <= intent).any())
+
+    def _apply_overlay(self, batch, idxs, head, overlay, ns_rows) -> None:
+        """Patch rows whose slots were left half-written by a dead writer with their undo copies."""
+        lo, hi = overlay
+        checkpoint = self._reader_state[2] or self._ckfile.newest()
+        if checkpoint is None:
+            raise CorruptStoreError(f"{self.path}: rows need restoring but no valid checkpoint exists")
+        ts, ks = reserve_indices(lo, hi, checkpoint, self._base, self.max_size)
+        if len(ts) == 0:
+            return
+        slot_to_k = dict(zip(((ts - self._base - 1) % self.max_size).tolist(), ks.tolist()))
+        for pos, slot in enumerate(idxs.tolist()):
+            k = slot_to_k.get(slot)
+            if k is not None:
+                for name in self._fields:
+                    batch[name][pos] = self._ckfile.read_reserve_rows(checkpoint.slot, name, [k])[0]
+        ns_slots, in_buffer, _ = ring.next_state_sources(idxs, head, self.max_size, self.num_envs)
+        for pos, slot in enumerate(ns_slots.tolist()):
+            k = slot_to_k.get(slot)
+            if k is not None and not in_buffer[pos]:
+                batch["next_states"][pos] = self._ckfile.read_reserve_rows(checkpoint.slot, "states", [k])[0]
+
+    # ------------------------------------------------------------------ closing
+    def close(self) -> None:
+        """Flush (writer), release the lock and unmap everything. Idempotent."""
+        if self._closed:
+            return
+        try:
+            if self._writable and self._failed is None:
+                self.flush()
+                self._counters.words[W_CLEAN] = 1
+                self._counters.words[W_PID] = 0
+                self._counters.sync()
+        finally:
+            self._closed = True
+            self._release_all()
+
+    def _release_all(self) -> None:
+        self._arr = []
+        self._words = None
+        for res in (self._storage, self._counters, self._ckfile, self._ns_file):
+            if res is not None:
+                res.close()
+        self._ns = None
+        self._storage = self._counters = self._ckfile = self._ns_file = None
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None
+
+    def __enter__(self) -> "DiskReplay":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ helpers
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StoreClosedError(f"{self.path} is closed")
+
+    def _write_refusal(self, what: str) -> DiskReplayError:
+        if self._closed:
+            return StoreClosedError(f"cannot {what}: {self.path} is closed")
+        if self.mode == "r":
+            return ReadOnlyError(f"cannot {what}: {self.path} is open read-only (mode='r'); "
+                                 "open it with mode='r+' to write")
+        return StoreIOError(f"cannot {what}: an earlier sync of {self.path} failed ({self._failed}); "
+                            "the store refuses writes until it is reopened")
+
+    # ------------------------------------------------------------------ conversion
+    @staticmethod
+    def convert(src, dst, *, backend: str, progress: Callable[[int, int], None] | None = None,
+                overwrite: bool = False, block_rows: int | None = None) -> None:
+        """Copy the store at ``src`` to a new store at ``dst`` with another backend, with its
+        counters, ``ns_buffer`` and sampler state, in row blocks (bounded memory).
+        ``progress(done_rows, total_rows)`` is called after each block."""
+        from .convert import convert_store
+
+        convert_store(src, dst, backend=backend, progress=progress, overwrite=overwrite,
+                      block_rows=block_rows)
+
+
+def _fast_scalar_types(spec: FieldSpec):
+    """Types whose values a scalar field stores without loss (Python int needs a range check)."""
+    if spec.shape != ():
+        return (frozenset(), None)
+    dt = spec.dtype
+    if dt.kind == "f":
+        return (frozenset({float, int, bool, np.float64, np.float32, np.float16, dt.type}), None)
+    if dt.kind == "b":
+        return (frozenset({bool, np.bool_}), None)
+    info = np.iinfo(dt)
+    return (frozenset({dt.type}), (int(info.min), int(info.max)))
+
+
+def _scalar_fits(ok, value) -> bool:
+    types, bounds = ok
+    t = type(value)
+    if t in types:
+        return True
+    return t is int and bounds is not None and bounds[0] <= value <= bounds[1]
+
+
+def _check_row_sizes(specs) -> None:
+    for name, spec in specs.items():
+        if spec.row_bytes == 0:
+            raise InvalidArgumentError(f"field {name!r} has shape {spec.shape}: rows of zero bytes are not supported")
+
+
+def _touch(path: str) -> None:
+    with open(path, "wb") as f:
+        f.flush()
+        os.fsync(f.fileno())
+    fsync_dir(os.path.dirname(path))
+
+
+def _unlink(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
+def _remove_store_files(directory: str) -> None:
+    """Remove what a store (or a half-created one) consists of, nothing else."""
+    for name in os.listdir(directory):
+        if name == LOCK_FILE:
+            continue
+        if name in (DESCRIPTION_FILE, COUNTERS_FILE, CREATING_MARKER, CHECKPOINT_FILE) or \
+                name.endswith((".npy", ".h5")) or ".tmp-" in name:
+            _unlink(os.path.join(directory, name))
+
+
+def _prepare_directory(directory: str, overwrite: bool) -> bool:
+    """Check the target of ``create``; returns whether the directory was made here."""
+    parent = os.path.dirname(directory)
+    if not os.path.isdir(parent):
+        raise StoreNotFoundError(f"cannot create a store at {directory}: the parent directory {parent} does not exist")
+    if os.path.lexists(directory) and not os.path.isdir(directory):
+        raise NotAStoreError(f"cannot create a store at {directory}: a file is in the way")
+    if not os.path.exists(directory):
+        try:
+            os.mkdir(directory)
+        except OSError as exc:
+            raise io_error(f"creating {directory}", exc) from exc
+        return True
+    if not os.listdir(directory):
+        return False
+    if not _looks_like_store(directory) or not _own_files(directory):
+        raise StoreExistsError(
+            f"cannot create a store at {directory}: the directory holds files that are not a diskreplay "
+            "store; choose another path (overwrite=True only replaces an existing store)")
+    if not overwrite:
+        raise StoreExistsError(
+            f"a store already exists at {directory}; pass overwrite=True to replace it, "
+            "or DiskReplay.open() to resume it")
+    return False
+
+
+def _create_data(directory, backend, specs, max_size, num_envs, reserve) -> None:
+    layout = CheckpointLayout(specs, num_envs, reserve)
+    states = specs["states"]
+    ns_bytes = 2 * num_envs * states.row_bytes
+    check_free_space(directory, backend.data_bytes(specs, max_size) + layout.file_bytes + ns_bytes + 8192)
+    backend.create(directory, specs, max_size)
+    create_npy(os.path.join(directory, NS_FILE), (2, num_envs) + states.shape, states.dtype)
+    create_checkpoint_file(directory, layout)
+    # An initial checkpoint at seen_size 0: recovery always has one to fall back on.
+    ck = CheckpointFile(directory, layout, True)
+    try:
+        ck.write(1, 1, 0, 0, 0, 0, np.zeros((num_envs,) + states.shape, states.dtype), 1,
+                 {name: [] for name in specs})
+    finally:
+        ck.close()
+
+
+def _check_is_store(directory: str) -> None:
+    if not os.path.lexists(directory):
+        raise StoreNotFoundError(f"no store at {directory}: the path does not exist")
+    if not os.path.isdir(directory):
+        raise NotAStoreError(f"{directory} is a file, not a diskreplay store (a store is a directory)")
+    try:
+        names = set(os.listdir(directory))
+    except OSError as exc:
+        raise io_error(f"listing {directory}", exc) from exc
+    if DESCRIPTION_FILE in names:
+        if CREATING_MARKER in names:
+            raise IncompleteStoreError(
+                f"{directory} was never completely created (its creator stopped half-way); "
+                "recreate it with DiskReplay.create(..., overwrite=True)")
+        return
+    if CREATING_MARKER in names or COUNTERS_FILE in names:
+        raise IncompleteStoreError(
+            f"{directory} was never completely created (its creator stopped half-way); "
+            "recreate it with DiskReplay.create(..., overwrite=True)")
+    raise NotAStoreError(f"{directory} is not a diskreplay store: it has no {DESCRIPTION_FILE}")
+
+
+__all__ = ["DiskReplay", "FORMAT_VERSION"]
