@@ -699,6 +699,7 @@ class DiskReplay:
             self._release_all()
 
     def _release_all(self) -> None:
+        self._writable = False
         self._arr = []
         self._words = None
         for res in (self._storage, self._counters, self._ckfile, self._ns_file):
