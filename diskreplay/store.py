@@ -368,22 +368,22 @@ class DiskReplay:
 
     # ------------------------------------------------------------------ adding
     def _bind_hot_path(self) -> None:
-        """Cache what ``add`` and ``sample`` need, so the hot path compares tuples and dtypes."""
+        """Cache what ``add`` and ``sample`` need, and install the specialised ``add``."""
+        self.__dict__.pop("add", None)
         self._writable = self.mode == "r+"
         if self._fields is None:
             return
-        n = self.num_envs
-        env = () if n == 1 else (n,)
         arrays = self._storage.arrays
         self._arr = [arrays[name] for name in self._fields]
         self._extra_names = tuple(name for name in self._fields if name not in CORE_FIELDS)
         self._extra_set = frozenset(self._extra_names)
-        specs = self._fields
-        self._state_check = (env + specs["states"].shape, specs["states"].dtype)
-        self._scalar_ok = {name: _fast_scalar_types(specs[name]) for name in self._fields}
-        self._shapes = {name: env + spec.shape for name, spec in specs.items()}
         self._words = self._counters.words
         self._key = int(self._words[W_KEY])
+        if self._writable and not self._extra_names:
+            # An instance attribute shadows the general method: a closure over locals is
+            # the cheapest Python can do per call (see DESIGN.md, "Hot-path habits").
+            self.add = _fast_add(self) if self.num_envs == 1 else _fast_vector_add(self)
+            self.add.__doc__ = DiskReplay.add.__doc__
 
     def add(self, state, action, reward, next_state, done, **extra) -> None:
         """Add one environment step: ``num_envs`` transitions, env-major (leading env axis if num_envs > 1).
@@ -396,7 +396,13 @@ class DiskReplay:
             raise self._write_refusal("add")
         if self._fields is None:
             self._materialize(state, action, reward, next_state, done, extra)
-        values = self._checked_values(state, action, reward, next_state, done, extra)
+            if "add" in self.__dict__:
+                return self.add(state, action, reward, next_state, done, **extra)
+        values = self._coerced_values(state, action, reward, next_state, done, extra)
+        self._write_step(values)
+
+    def _write_step(self, values: list) -> None:
+        """Write one validated step (values in field order, next states last) and commit it."""
         n = self.num_envs
         seen = self._seen
         t_end = seen + n
@@ -405,40 +411,19 @@ class DiskReplay:
         words = self._words
         words[W_INTENT] = t_end
         start = (seen - self._base) % self.max_size
-        if n == 1:
+        stop = start + n
+        if stop <= self.max_size:
             for arr, value in zip(self._arr, values):
-                arr[start] = value
-            self._ns[t_end & 1, 0] = values[-1]
+                arr[start:stop] = value
         else:
-            stop = start + n
-            if stop <= self.max_size:
-                for arr, value in zip(self._arr, values):
-                    arr[start:stop] = value
-            else:
-                cut = self.max_size - start
-                for arr, value in zip(self._arr, values):
-                    arr[start:] = value[:cut]
-                    arr[: n - cut] = value[cut:]
-            self._ns[(t_end // n) & 1] = values[-1]
+            cut = self.max_size - start
+            for arr, value in zip(self._arr, values):
+                arr[start:] = value[:cut]
+                arr[: n - cut] = value[cut:]
+        self._ns[(t_end // n) & 1] = values[-1]
         words[W_SEEN] = t_end
         words[W_CHECK] = t_end ^ self._key
         self._seen = t_end
-
-    def _checked_values(self, state, action, reward, next_state, done, extra) -> list:
-        """The step's values in field order (next_state last), validated cheaply.
-
-        The fast path accepts exact-dtype arrays and Python/numpy scalars that cannot
-        lose information; anything else goes through ``schema.coerce``.
-        """
-        shape, dtype = self._state_check
-        ok = self._scalar_ok
-        if (type(state) is np.ndarray and state.shape == shape and state.dtype == dtype
-                and type(next_state) is np.ndarray and next_state.shape == shape
-                and next_state.dtype == dtype and self.num_envs == 1
-                and _scalar_fits(ok["actions"], action) and _scalar_fits(ok["rewards"], reward)
-                and _scalar_fits(ok["dones"], done) and not extra and not self._extra_names):
-            return [state, action, reward, done, next_state]
-        return self._coerced_values(state, action, reward, next_state, done, extra)
 
     def _coerced_values(self, state, action, reward, next_state, done, extra) -> list:
         missing = [name for name in self._extra_names if name not in extra]
@@ -456,6 +441,8 @@ class DiskReplay:
         values = [coerce(spec, given[name], n) for name, spec in self._fields.items()]
         values.append(coerce(FieldSpec("next_states", self._fields["states"].shape,
                                        self._fields["states"].dtype), next_state, n))
+        if n == 1:
+            values = [v[np.newaxis] for v in values]
         return values
 
     def _materialize(self, state, action, reward, next_state, done, extra) -> None:
@@ -501,11 +488,16 @@ class DiskReplay:
         try:
             self._flush()
         except DiskReplayError as exc:
-            self._failed = exc
+            self._fail(exc)
             raise
         except OSError as exc:
-            self._failed = exc
+            self._fail(exc)
             raise io_error(f"flushing {self.path}", exc) from exc
+
+    def _fail(self, exc: BaseException) -> None:
+        """After a failed sync nothing more is written: the disk may not hold what we think."""
+        self._failed = exc
+        self.__dict__.pop("add", None)
 
     def _flush(self) -> None:
         words = self._words if self._fields is not None else self._counters.words
@@ -700,6 +692,7 @@ class DiskReplay:
 
     def _release_all(self) -> None:
         self._writable = False
+        self.__dict__.pop("add", None)
         self._arr = []
         self._words = None
         for res in (self._storage, self._counters, self._ckfile, self._ns_file):
@@ -744,6 +737,69 @@ class DiskReplay:
                       block_rows=block_rows)
 
 
+def _fast_add(buf: DiskReplay):
+    """``add`` for one env and the four core fields: cheap checks, four row stores, one commit."""
+    specs = buf._fields
+    shape, dtype = specs["states"].shape, specs["states"].dtype
+    (a_types, a_bounds), (r_types, r_bounds), (d_types, d_bounds) = (
+        _fast_scalar_types(specs[name]) for name in ("actions", "rewards", "dones"))
+    a_lo, a_hi = a_bounds or (1, 0)
+    states, actions, rewards, dones = buf._arr
+    ns_rows = buf._ns[:, 0]
+    words = buf._words
+    key = buf._key
+    max_size = buf.max_size
+    ndarray = np.ndarray
+    general = DiskReplay.add
+
+    def add(state, action, reward, next_state, done, **extra):
+        if (extra or type(state) is not ndarray or state.shape != shape or state.dtype != dtype
+                or type(next_state) is not ndarray or next_state.shape != shape or next_state.dtype != dtype
+                or type(reward) not in r_types or type(done) not in d_types):
+            return general(buf, state, action, reward, next_state, done, **extra)
+        ta = type(action)
+        if ta not in a_types and not (ta is int and a_lo <= action <= a_hi):
+            return general(buf, state, action, reward, next_state, done, **extra)
+        seen = buf._seen
+        t = seen + 1
+        if t > buf._flush_before:
+            buf.flush()
+        words[W_INTENT] = t
+        slot = (seen - buf._base) % max_size
+        states[slot] = state
+        actions[slot] = action
+        rewards[slot] = reward
+        dones[slot] = done
+        ns_rows[t & 1] = next_state
+        words[W_SEEN] = t
+        words[W_CHECK] = t ^ key
+        buf._seen = t
+
+    return add
+
+
+def _fast_vector_add(buf: DiskReplay):
+    """``add`` for a vector env: exact-dtype arrays go straight to one slice write per field."""
+    n = buf.num_envs
+    expected = [((n,) + spec.shape, spec.dtype) for spec in buf._fields.values()]
+    expected.append(expected[0])
+    ndarray = np.ndarray
+    general = DiskReplay.add
+    write = buf._write_step
+
+    def add(state, action, reward, next_state, done, **extra):
+        values = [state, action, reward, done, next_state]
+        if not extra:
+            for value, (shape, dtype) in zip(values, expected):
+                if type(value) is not ndarray or value.shape != shape or value.dtype != dtype:
+                    break
+            else:
+                return write(values)
+        return general(buf, state, action, reward, next_state, done, **extra)
+
+    return add
+
+
 def _fast_scalar_types(spec: FieldSpec):
     """Types whose values a scalar field stores without loss (Python int needs a range check)."""
     if spec.shape != ():
@@ -755,14 +811,6 @@ def _fast_scalar_types(spec: FieldSpec):
         return (frozenset({bool, np.bool_}), None)
     info = np.iinfo(dt)
     return (frozenset({dt.type}), (int(info.min), int(info.max)))
-
-
-def _scalar_fits(ok, value) -> bool:
-    types, bounds = ok
-    t = type(value)
-    if t in types:
-        return True
-    return t is int and bounds is not None and bounds[0] <= value <= bounds[1]
 
 
 def _check_row_sizes(specs) -> None:
