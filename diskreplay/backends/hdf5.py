@@ -11,6 +11,7 @@ import os
 
 import numpy as np
 
+from ..description import FORMAT_VERSION
 from ..errors import CorruptStoreError, DiskReplayError
 from ..fsutil import io_error, preallocate
 from .base import Backend, MappedFile, RowStorage
@@ -40,6 +41,7 @@ class HDF5Backend(Backend):
                     f[name].attrs["diskreplay_shape"] = list(spec.shape)
                     f[name].attrs["diskreplay_dtype"] = spec.dtype.str
                 f.attrs["diskreplay_max_size"] = max_size
+                f.attrs["diskreplay_format_version"] = FORMAT_VERSION
             fd = os.open(path, os.O_RDWR)
             try:
                 preallocate(fd, 0, os.fstat(fd).st_size, path)
