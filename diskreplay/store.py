@@ -40,6 +40,7 @@ from .fsutil import check_free_space, fsync_dir, io_error
 from .lock import LOCK_FILE, WriterLock, writer_alive
 from .npyfile import create_npy, open_npy
 from .recovery import check_reserve_covers, decide_state, reserve_indices, restore_rows
+from .rowsums import ROWSUMS_FILE, set_sums_for, torn_slots, update_sums
 from .schema import CORE_FIELDS, FieldSpec, coerce, infer_fields, normalize_fields
 
 CREATING_MARKER = "CREATING"
@@ -180,6 +181,7 @@ class DiskReplay:
         self._counters = None
         self._ckfile = None
         self._ns_file = None
+        self._sums_file = None
         self.batch_idxs = None
         self.recovery_note: str | None = None
         self._ns_override = None
@@ -229,6 +231,8 @@ class DiskReplay:
         states = fields["states"]
         self._ns_file, self._ns, _ = open_npy(os.path.join(self._dir, NS_FILE),
                                               (2, self.num_envs) + states.shape, states.dtype, writable)
+        self._sums_file, self._sums, _ = open_npy(os.path.join(self._dir, ROWSUMS_FILE),
+                                                  (self.max_size,), np.dtype(np.uint32), writable)
         self._layout = CheckpointLayout(fields, self.num_envs, self._reserve_rows)
         self._ckfile = CheckpointFile(self._dir, self._layout, writable)
 
@@ -249,9 +253,15 @@ class DiskReplay:
                                     state.restore_to, state.base, self.max_size)
             if state.from_checkpoint:
                 self._ns[(state.seen // self.num_envs) % 2] = self._ckfile.read_ns(checkpoint.slot, self.num_envs)
+                # A flush cut short may have summed rows that were just rolled back.
+                ts, _ = reserve_indices(state.restore_from, state.restore_to, checkpoint, state.base,
+                                        self.max_size)
+                set_sums_for(self._sums, self._storage.arrays, (ts - state.base - 1) % self.max_size,
+                             ts - self.max_size)
             if restored or state.from_checkpoint:
                 self._storage.sync()
                 self._ns_file.sync()
+                self._sums_file.sync()
         self._counters.commit_state(state.seen, state.base, state.draws, state.resets)
         self._counters.sync()
         self._seen, self._base, self._draws, self._resets = state.seen, state.base, state.draws, state.resets
@@ -463,7 +473,7 @@ class DiskReplay:
             desc["seed_entropy"] = str(desc["seed_entropy"])
             write_description(self._dir, desc)
         except BaseException:
-            for name in backend.data_files(specs) + [NS_FILE, CHECKPOINT_FILE]:
+            for name in backend.data_files(specs) + [NS_FILE, ROWSUMS_FILE, CHECKPOINT_FILE]:
                 _unlink(os.path.join(self._dir, name))
             raise
         self._desc = read_description(self._dir)
@@ -505,8 +515,11 @@ class DiskReplay:
         if self._fields is None:
             self._counters.sync()
             return
+        summed = self._checkpoint.seen if self._checkpoint is not None else 0
+        update_sums(self._sums, self._storage.arrays, summed, self._seen, self._base, self.max_size)
         self._storage.sync()
         self._ns_file.sync()
+        self._sums_file.sync()
         words[W_FLUSH_NS] = time.time_ns()
         self._counters.sync()
         self._write_checkpoint()
@@ -675,6 +688,26 @@ class DiskReplay:
             if k is not None and not in_buffer[pos]:
                 batch["next_states"][pos] = self._ckfile.read_reserve_rows(checkpoint.slot, "states", [k])[0]
 
+    # ------------------------------------------------------------------ integrity
+    def verify_rows(self, progress: Callable[[int], None] | None = None) -> tuple[int, list[int]]:
+        """Check every row that was durable at the last flush against its CRC.
+
+        Returns ``(rows checked, slots whose row is torn or damaged)``; rows added since
+        the last flush have no CRC yet and are not counted. Reads each row once.
+        """
+        self._check_open()
+        if self._fields is None:
+            return 0, []
+        if self.mode == "r":
+            self._refresh_reader()
+        checkpoint = self._ckfile.newest()
+        if checkpoint is None:
+            raise CorruptStoreError(f"{self._ckfile.path}: neither checkpoint slot is valid")
+        upto = min(checkpoint.seen, self._seen)
+        first = max(self._base, self._seen - self.max_size, 0)
+        bad = torn_slots(self._sums, self._storage.arrays, first, upto, self._base, self.max_size, progress)
+        return max(0, upto - first), bad
+
     # ------------------------------------------------------------------ closing
     def close(self) -> None:
         """Flush (writer), release the lock and unmap everything. Idempotent."""
@@ -695,11 +728,12 @@ class DiskReplay:
         self.__dict__.pop("add", None)
         self._arr = []
         self._words = None
-        for res in (self._storage, self._counters, self._ckfile, self._ns_file):
+        self._sums = None
+        for res in (self._storage, self._counters, self._ckfile, self._ns_file, self._sums_file):
             if res is not None:
                 res.close()
         self._ns = None
-        self._storage = self._counters = self._ckfile = self._ns_file = None
+        self._storage = self._counters = self._ckfile = self._ns_file = self._sums_file = None
         if self._lock is not None:
             self._lock.release()
             self._lock = None
@@ -873,9 +907,11 @@ def _create_data(directory, backend, specs, max_size, num_envs, reserve) -> None
     layout = CheckpointLayout(specs, num_envs, reserve)
     states = specs["states"]
     ns_bytes = 2 * num_envs * states.row_bytes
-    check_free_space(directory, backend.data_bytes(specs, max_size) + layout.file_bytes + ns_bytes + 8192)
+    check_free_space(directory, backend.data_bytes(specs, max_size) + layout.file_bytes + ns_bytes
+                     + 4 * max_size + 12288)
     backend.create(directory, specs, max_size)
     create_npy(os.path.join(directory, NS_FILE), (2, num_envs) + states.shape, states.dtype)
+    create_npy(os.path.join(directory, ROWSUMS_FILE), (max_size,), np.dtype(np.uint32))
     create_checkpoint_file(directory, layout)
     # An initial checkpoint at seen_size 0: recovery always has one to fall back on.
     ck = CheckpointFile(directory, layout, True)
