@@ -47,6 +47,8 @@ CREATING_MARKER = "CREATING"
 NS_FILE = "ns_buffer.npy"
 DEFAULT_RESERVE_BYTES = 16 << 20
 _RETRIES = 200
+_ALIVE_TTL = 0.2
+_READ_PATIENCE = 3.0  # seconds a reader retries rows a live writer keeps overwriting
 
 
 def _check_count(name: str, value, minimum: int = 1) -> int:
@@ -185,6 +187,7 @@ class DiskReplay:
         self.batch_idxs = None
         self.recovery_note: str | None = None
         self._ns_override = None
+        self._alive, self._alive_at = False, -1.0
         try:
             self._open()
         except BaseException:
@@ -303,8 +306,10 @@ class DiskReplay:
         checkpoint = None
         self._ns_override = None
         if self._fields is not None and int(words[W_CLEAN]) != 1:
-            alive = writer_alive(self._dir)
-            if not alive:
+            now = time.monotonic()
+            if now - self._alive_at > _ALIVE_TTL:  # /proc/locks is not free: ask at most every 0.2 s
+                self._alive, self._alive_at = writer_alive(self._dir), now
+            if not self._alive:
                 checkpoint = self._ckfile.newest()
                 state = decide_state(self._counters, checkpoint, self.num_envs, self._reserve_rows)
                 seen, base, draws, resets = state.seen, state.base, state.draws, state.resets
@@ -636,7 +641,8 @@ class DiskReplay:
 
     def _gather_consistent(self, idxs: np.ndarray) -> dict:
         """``_gather`` for a reader beside a live writer: retry rows the writer touched meanwhile."""
-        for _ in range(_RETRIES):
+        deadline = time.monotonic() + _READ_PATIENCE
+        while time.monotonic() < deadline:
             key, overlay, _ = self._reader_state
             seen, base, m, n = self._seen, self._base, self.max_size, self.num_envs
             head = ring.ring_head(seen, base, m)
