@@ -17,8 +17,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .errors import DiskReplayError
-from .fsutil import io_error, preallocate
+from .errors import CorruptStoreError
+from .fsutil import io_error, preallocate_file
 
 CHECKPOINT_FILE = "checkpoint.bin"
 HEADER_BYTES = 4096
@@ -73,19 +73,7 @@ class CheckpointLayout:
 
 
 def create_checkpoint_file(directory: str, layout: CheckpointLayout) -> None:
-    path = os.path.join(directory, CHECKPOINT_FILE)
-    try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            preallocate(fd, 0, layout.file_bytes, path)
-            os.ftruncate(fd, layout.file_bytes)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-    except DiskReplayError:
-        raise
-    except OSError as exc:
-        raise io_error(f"creating {path}", exc) from exc
+    preallocate_file(os.path.join(directory, CHECKPOINT_FILE), layout.file_bytes, create=True)
 
 
 class CheckpointFile:
@@ -97,16 +85,12 @@ class CheckpointFile:
         try:
             self.fd = os.open(self.path, os.O_RDWR if writable else os.O_RDONLY)
         except FileNotFoundError:
-            from .errors import CorruptStoreError
-
             raise CorruptStoreError(f"{self.path} is missing") from None
         except OSError as exc:
             raise io_error(f"opening {self.path}", exc) from exc
         size = os.fstat(self.fd).st_size
         if size != layout.file_bytes:
             os.close(self.fd)
-            from .errors import CorruptStoreError
-
             raise CorruptStoreError(f"{self.path} is {size} bytes, expected {layout.file_bytes} bytes")
 
     def read_header(self, slot: int) -> Checkpoint | None:

@@ -78,6 +78,25 @@ def preallocate(fd: int, offset: int, length: int, path: str) -> None:
             raise io_error(f"preallocating {path}", exc) from exc
 
 
+def preallocate_file(path: str, length: int, *, create: bool = False) -> None:
+    """Reserve blocks for the first ``length`` bytes of ``path`` (extending it), durably."""
+    try:
+        fd = os.open(path, os.O_RDWR | (os.O_CREAT | os.O_TRUNC if create else 0), 0o644)
+    except OSError as exc:
+        raise io_error(f"creating {path}", exc) from exc
+    try:
+        preallocate(fd, 0, length, path)
+        if os.fstat(fd).st_size < length:
+            os.ftruncate(fd, length)
+        os.fsync(fd)
+    except OSError as exc:
+        if isinstance(exc, (InsufficientSpaceError, StoreIOError, StorePermissionError)):
+            raise
+        raise io_error(f"preallocating {path}", exc) from exc
+    finally:
+        os.close(fd)
+
+
 def io_error(what: str, exc: OSError) -> Exception:
     """A DiskReplayError for an OSError raised while doing ``what``."""
     if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):

@@ -12,8 +12,8 @@ import os
 import numpy as np
 
 from ..description import FORMAT_VERSION
-from ..errors import CorruptStoreError, DiskReplayError
-from ..fsutil import io_error, preallocate
+from ..errors import CorruptStoreError
+from ..fsutil import io_error, preallocate_file
 from .base import Backend, MappedFile, RowStorage
 
 DATA_FILE = "data.h5"
@@ -42,16 +42,9 @@ class HDF5Backend(Backend):
                     f[name].attrs["diskreplay_dtype"] = spec.dtype.str
                 f.attrs["diskreplay_max_size"] = max_size
                 f.attrs["diskreplay_format_version"] = FORMAT_VERSION
-            fd = os.open(path, os.O_RDWR)
-            try:
-                preallocate(fd, 0, os.fstat(fd).st_size, path)
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-        except DiskReplayError:
-            raise
         except OSError as exc:
             raise io_error(f"creating {path}", exc) from exc
+        preallocate_file(path, os.stat(path).st_size)
 
     def dataset_offsets(self, directory, fields, max_size) -> dict:
         """File offset of each field's dataset, after checking layout, shape and dtype."""
