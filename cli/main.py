@@ -371,6 +371,9 @@ def export(path, out, fmt, start, stop, overwrite) -> None:
     from .export import export_store, format_for
 
     fmt = format_for(out, fmt)
+    parent = os.path.dirname(os.path.abspath(out))
+    if not os.path.isdir(parent):
+        raise click.ClickException(f"cannot write {out}: the directory {parent} does not exist")
     if os.path.exists(out) and not overwrite:
         raise click.ClickException(f"{out} exists; pass --overwrite to replace it")
     with open_reader(path) as buf:

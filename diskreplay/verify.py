@@ -10,11 +10,12 @@ It takes no lock and writes nothing, so it is safe beside a live writer. Checked
 * both checkpoint slots are read (header and body checksums); at least one must be valid;
 * every row of every field is read once, in row blocks (bounded memory), through
   positioned reads so that an I/O error is reported instead of killing the process;
-  ``bool`` fields must hold only 0 and 1 bytes; float fields are only checked to be
-  readable (NaN and infinities may be legitimate data, and are just counted).
+  each row that was durable at the last flush is checked against its CRC-32 in
+  ``rowsums.npy`` (rows added since have no CRC yet and are only read); ``bool`` fields
+  must hold only 0 and 1 bytes; NaN and infinities in floats are counted, not flagged.
 
-Rows carry no per-row sequence numbers or checksums yet, so a row whose bytes were
-changed in place cannot be told from a good one; the summary says so.
+Beside a live writer, a CRC mismatch of a row the writer overwrote meanwhile is not
+reported (the counters are read again after the pass to tell).
 """
 from __future__ import annotations
 
@@ -32,12 +33,11 @@ from .counters import COUNTERS_FILE, Counters
 from .description import DESCRIPTION_FILE, read_description
 from .errors import DiskReplayError
 from .npyfile import read_npy_header
+from .rowsums import ROWSUMS_FILE, row_sum
 
 NS_FILE = "ns_buffer.npy"
 CREATING_MARKER = "CREATING"
 BLOCK_BYTES = 8 << 20
-NO_ROW_CHECKSUMS = ("rows carry no per-row checksums or sequence numbers yet: rows were checked "
-                    "for readability (and bools for valid values), not for silent corruption")
 
 
 @dataclass
@@ -61,8 +61,8 @@ class VerifyReport:
         c = self.checked
         lines = [f"{self.path}: {'OK' if self.ok else 'DAMAGED'}"]
         parts = [f"{c.get(k, 0)} {label}" for k, label in (
-            ("files", "files"), ("fields", "fields"), ("rows", "rows per field"),
-            ("checkpoint_slots_valid", "valid checkpoint slots"))]
+            ("files", "files"), ("fields", "fields"), ("rows", "rows"),
+            ("rows_crc_checked", "row CRCs"), ("checkpoint_slots_valid", "valid checkpoint slots"))]
         lines.append("checked: " + ", ".join(parts))
         lines += [f"problem: {p}" for p in self.problems]
         lines += [f"note: {n}" for n in self.notes]
@@ -73,7 +73,8 @@ def verify_store(path, progress: Callable[[int, int], None] | None = None) -> Ve
     """Check the store at ``path`` read-only; ``progress(done_rows, total_rows)`` after each block."""
     directory = os.path.abspath(os.fspath(path))
     report = VerifyReport(os.fspath(path))
-    report.checked.update(files=0, fields=0, rows=0, field_rows=0, checkpoint_slots_valid=0)
+    report.checked.update(files=0, fields=0, rows=0, field_rows=0, rows_crc_checked=0,
+                          checkpoint_slots_valid=0)
     if not os.path.isdir(directory):
         report.problem(f"{directory}: no store here (not a directory)" if os.path.exists(directory)
                        else f"{directory}: the path does not exist")
@@ -132,6 +133,7 @@ def verify_store(path, progress: Callable[[int, int], None] | None = None) -> Ve
     except DiskReplayError as exc:
         report.problem(f"{CHECKPOINT_FILE}: {exc}")
         ck = None
+    checkpoint_seen = None
     if ck is not None:
         report.count("files")
         try:
@@ -141,6 +143,11 @@ def verify_store(path, progress: Callable[[int, int], None] | None = None) -> Ve
                 if header is not None:
                     valid.append(header)
             report.checked["checkpoint_slots_valid"] = len(valid)
+            if len(valid) == 1:
+                report.notes.append(f"{CHECKPOINT_FILE}: only slot {valid[0].slot} is valid (normal before "
+                                    "the second flush, or while a flush is writing the other slot)")
+            if valid:
+                checkpoint_seen = max(valid, key=lambda v: v.generation).seen
             if not valid:
                 report.problem(f"{ck.path}: neither checkpoint slot is valid (bad header or body checksum)")
             elif seen is not None and max(v.seen for v in valid) > seen:
@@ -151,11 +158,10 @@ def verify_store(path, progress: Callable[[int, int], None] | None = None) -> Ve
             ck.close()
 
     # -- every row, once
-    size = ring.ring_size(seen, base, max_size) if seen is not None else max_size
-    report.checked["size"] = size
-    if starts:
-        _read_rows(directory, desc, starts, size, report, progress)
-    report.notes.append(NO_ROW_CHECKSUMS)
+    if seen is None:
+        report.notes.append("rows were not read: the live counters cannot be trusted")
+    elif starts:
+        _read_rows(directory, desc, starts, (seen, base), checkpoint_seen, report, progress)
     return report
 
 
@@ -204,56 +210,113 @@ def _check_npy(path: str, shape: tuple, dtype, report: VerifyReport) -> int | No
     return offset
 
 
-def _read_rows(directory, desc, starts, size, report, progress) -> None:
-    fields = desc["fields"]
-    row_bytes = max(spec.row_bytes for spec in fields.values())
+def _read_rows(directory, desc, starts, counters_state, checkpoint_seen, report, progress) -> None:
+    """Read every occupied row of every field once, block by block, checking CRCs where rows have one."""
+    fields, max_size = desc["fields"], desc["max_size"]
+    seen, base = counters_state
+    size = ring.ring_size(seen, base, max_size)
+    head = ring.ring_head(seen, base, max_size)
+    names = [name for name in fields if name in starts]
+    whole = len(names) == len(fields)
+    sums_path = os.path.join(directory, ROWSUMS_FILE)
+    sums_offset = _check_npy(sums_path, (max_size,), np.dtype(np.uint32), report) if whole else None
+    # Rows that were durable at the last flush carry a valid CRC: transitions (first, upto].
+    upto = min(checkpoint_seen, seen) if checkpoint_seen is not None else 0
+    first = max(base, seen - max_size, 0)
+    crc_on = sums_offset is not None and upto > first
+    row_bytes = sum(fields[n].row_bytes for n in names)
     step = max(1, BLOCK_BYTES // max(1, row_bytes))
-    total = size * len(starts)
     done = 0
     bad_bools = {}
+    mismatched = []
     nonfinite = 0
     fds = {}
+    failed = set()
     try:
-        for name, (path, _) in starts.items():
+        for name in names + ([None] if crc_on else []):
+            path = sums_path if name is None else starts[name][0]
             if path not in fds:
                 fds[path] = os.open(path, os.O_RDONLY)
-        for name, (path, offset) in starts.items():
-            spec = fields[name]
-            for lo in range(0, size, step):
-                hi = min(lo + step, size)
+        for lo in range(0, size, step):
+            hi = min(lo + step, size)
+            blocks = []
+            for name in names:
+                spec = fields[name]
+                path, offset = starts[name]
                 want = (hi - lo) * spec.row_bytes
-                try:
-                    raw = _pread_all(fds[path], want, offset + lo * spec.row_bytes)
-                except OSError as exc:
-                    report.problem(f"{path}: I/O error reading rows {lo}..{hi - 1} of field {name!r} ({exc})")
-                    break
-                if len(raw) != want:
-                    report.problem(f"{path}: rows {lo}..{hi - 1} of field {name!r} are past the end of the file")
-                    break
+                raw = b""
+                if name not in failed:
+                    try:
+                        raw = _pread_all(fds[path], want, offset + lo * spec.row_bytes)
+                    except OSError as exc:
+                        report.problem(f"{path}: I/O error reading slots {lo}..{hi - 1} of field {name!r} ({exc})")
+                        failed.add(name)
+                    else:
+                        if len(raw) != want:
+                            report.problem(f"{path}: slots {lo}..{hi - 1} of field {name!r} lie past the end of the file")
+                            failed.add(name)
+                if name in failed:
+                    blocks = None
+                    continue
+                b = np.frombuffer(raw, np.uint8).reshape(hi - lo, spec.row_bytes)
+                if blocks is not None:
+                    blocks.append(b)
                 if spec.dtype.kind == "b":
-                    b = np.frombuffer(raw, np.uint8)
-                    bad = np.flatnonzero(b > 1)
+                    bad = np.flatnonzero((b > 1).any(axis=1))
                     if bad.size:
-                        rows = lo + bad // max(1, spec.row_bytes)
-                        first, count = bad_bools.get(name, (int(rows[0]), 0))
-                        bad_bools[name] = (first, count + int(np.unique(rows).size))
+                        first_bad, count = bad_bools.get(name, (lo + int(bad[0]), 0))
+                        bad_bools[name] = (first_bad, count + int(bad.size))
                 elif spec.dtype.kind in "fc":
                     values = np.frombuffer(raw, spec.dtype)
                     nonfinite += int(values.size - np.count_nonzero(np.isfinite(values)))
-                report.count("field_rows", hi - lo)
-                done += hi - lo
-                if progress is not None:
-                    progress(done, total)
+            if crc_on and blocks is not None:
+                slots = np.arange(lo, hi, dtype=np.int64)
+                ts = seen - (head - slots) % max_size  # transition each slot holds
+                check = np.flatnonzero((ts > first) & (ts <= upto))
+                if check.size:
+                    sums = np.frombuffer(_pread_all(fds[sums_path], (hi - lo) * 4, sums_offset + lo * 4), "<u4")
+                    for i in check.tolist():
+                        if row_sum(blocks, i, int(ts[i])) != int(sums[i]):
+                            mismatched.append((lo + i, int(ts[i])))
+                    report.count("rows_crc_checked", int(check.size))
+            done += hi - lo
+            report.count("field_rows", (hi - lo) * (len(names) - len(failed)))
+            if progress is not None:
+                progress(done, size)
     except OSError as exc:
         report.problem(f"opening a data file of {directory}: {exc}")
     finally:
         for fd in fds.values():
             os.close(fd)
     report.checked["rows"] = size
-    for name, (first, count) in bad_bools.items():
+    for name, (first_bad, count) in bad_bools.items():
         report.problem(f"field {name!r}: {count} rows hold bytes other than 0/1 in a bool field "
-                       f"(first at slot {first})")
+                       f"(first at slot {first_bad})")
+    if mismatched:
+        mismatched = _not_overwritten(directory, desc, mismatched)
+    if mismatched:
+        slots = ", ".join(str(s) for s, _ in mismatched[:10]) + (", ..." if len(mismatched) > 10 else "")
+        report.problem(f"{len(mismatched)} rows do not match their CRC in {ROWSUMS_FILE} "
+                       f"(torn or damaged): slots {slots}")
     report.checked["nonfinite_floats"] = nonfinite
+    if not crc_on:
+        report.notes.append("no rows had a CRC to check (nothing flushed since they were added)")
+    elif upto < seen:
+        report.notes.append(f"the newest {seen - upto} transitions were added after the last flush "
+                            "and have no CRC yet: they were only read")
+
+
+def _not_overwritten(directory, desc, mismatched):
+    """Drop mismatches of rows a live writer overwrote (or began to) while we read them."""
+    try:
+        counters = Counters(directory, writable=False)
+    except DiskReplayError:
+        return mismatched
+    try:
+        _, intent, _, _, _ = counters.snapshot()
+    finally:
+        counters.close()
+    return [(s, t) for s, t in mismatched if t + desc["max_size"] > intent]
 
 
 def _pread_all(fd: int, n: int, offset: int) -> bytes:
