@@ -57,7 +57,7 @@ def _export_npz(buf, snap, tmp, start, stop, progress) -> dict:
     arrays = {k: (np.concatenate(parts[k]) if parts[k] else np.empty((0,) + specs[k][0], specs[k][1]))
               for k in keys}
     n = len(arrays["states"])
-    arrays["slots"] = snap.slot(np.arange(start + reader.skipped, start + reader.skipped + n))
+    arrays["slots"] = reader.snap.slot(np.arange(start + reader.skipped, start + reader.skipped + n))
     with open(tmp, "wb") as f:
         np.savez(f, **arrays)
     return {"rows": n, "skipped_overwritten": reader.skipped}
@@ -83,7 +83,7 @@ def _export_hdf5(buf, snap, tmp, start, stop, progress) -> dict:
             n = len(positions)
             for k in keys:
                 dsets[k][written:written + n] = batch[k]
-            slots[written:written + n] = snap.slot(positions)
+            slots[written:written + n] = reader.snap.slot(positions)
             written += n
             if progress is not None:
                 progress(n)
@@ -94,6 +94,6 @@ def _export_hdf5(buf, snap, tmp, start, stop, progress) -> dict:
         f.attrs["backend"] = buf.backend
         f.attrs["max_size"] = buf.max_size
         f.attrs["num_envs"] = buf.num_envs
-        f.attrs["seen_size"] = snap.seen
-        f.attrs["first_transition"] = snap.transition(start + reader.skipped)
+        f.attrs["seen_size"] = reader.snap.seen
+        f.attrs["first_transition"] = reader.snap.transition(start + reader.skipped)
     return {"rows": written, "skipped_overwritten": reader.skipped}

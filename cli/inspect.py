@@ -124,21 +124,25 @@ def block_rows(buf: DiskReplay, factor: int = 1) -> int:
 class ChronoReader:
     """Reads chronological positions ``[start, stop)`` of a snapshot in row blocks.
 
-    Rows the live writer overwrote before we read them are dropped when nothing has
-    been yielded yet (the range then starts later: ``skipped`` counts them); once rows
+    When the live writer overwrote rows before we read them and nothing has been
+    yielded yet, the read starts over from a fresh snapshot (``self.snap``; the same
+    positions, counted from the oldest transition then), up to ``restarts`` times;
+    after that the overwritten rows are dropped (``skipped`` counts them). Once rows
     were yielded, an overwritten row raises :class:`OvertakenError`.
     """
 
-    def __init__(self, buf: DiskReplay, snap: Snapshot, start: int, stop: int, rows: int):
+    def __init__(self, buf: DiskReplay, snap: Snapshot, start: int, stop: int, rows: int, restarts: int = 20):
         self.buf, self.snap = buf, snap
         self.start, self.stop, self.rows = start, stop, max(1, rows)
+        self.restarts = restarts
         self.skipped = 0
 
     def __iter__(self):
-        buf, snap = self.buf, self.snap
+        buf = self.buf
         pos = self.start
         emitted = False
         while pos < self.stop:
+            snap = self.snap
             end = min(pos + self.rows, self.stop)
             positions = np.arange(pos, end, dtype=np.int64)
             batch = buf.get(snap.slot(positions))
@@ -150,6 +154,10 @@ class ChronoReader:
                     raise OvertakenError(
                         f"the live writer overwrote transition {int(snap.transition(positions[~fresh][0]))} "
                         "before it was read")
+                if self.restarts > 0:
+                    self.restarts -= 1
+                    self.snap = snapshot(buf)
+                    continue
                 # fresh is monotone in the position: drop the stale prefix and read on.
                 n_stale = int((~fresh).sum())
                 self.skipped += n_stale
@@ -252,15 +260,16 @@ def compute_stats(buf: DiskReplay, progress=None, keep_returns: bool = False) ->
     snap = snapshot(buf)
     fields = buf.fields or {}
     stats = {name: RunningStats() for name in fields}
-    # Nothing evicted: every env's first transition is in the ring (a reset is ignored).
-    episodes = Episodes(buf.num_envs, starts_complete=snap.seen == snap.size)
+    episodes = Episodes(buf.num_envs, starts_complete=False)
     reader = ChronoReader(buf, snap, 0, snap.size, block_rows(buf, 8))
     done_count = 0
     first = True
     for positions, batch in reader:
-        if first and reader.skipped:
-            episodes.started[:] = False  # the oldest rows were overwritten: starts unseen
-        first = False
+        if first:
+            # Nothing evicted: every env's first transition is in the ring (a reset is ignored).
+            episodes.started[:] = reader.snap.seen == reader.snap.size and not reader.skipped
+            first = False
+        snap = reader.snap
         for name in fields:
             stats[name].update(batch[name])
         if "dones" in batch:
@@ -270,8 +279,8 @@ def compute_stats(buf: DiskReplay, progress=None, keep_returns: bool = False) ->
             progress(len(positions))
     out = {
         "path": os.path.abspath(buf.path),
-        "size": snap.size - reader.skipped,
-        "seen_size": snap.seen,
+        "size": reader.snap.size - reader.skipped,
+        "seen_size": reader.snap.seen,
         "skipped_overwritten": reader.skipped,
         "fields": {name: s.as_dict() for name, s in stats.items()},
         "dones": done_count,

@@ -326,6 +326,12 @@ def verify(path: str, as_json: bool) -> None:
     """
     from diskreplay.verify import verify_store
 
+    if not os.path.exists(path):
+        raise click.ClickException(f"no store at {path}: the path does not exist")
+    if not os.path.isdir(path):
+        raise click.ClickException(f"{path} is a file, not a diskreplay store (a store is a directory)")
+    if not {"store.json", "meta.bin", "CREATING"} & set(os.listdir(path)):
+        raise click.ClickException(f"{path} is not a diskreplay store: it has no store.json")
     state = {"bar": None, "last": 0}
 
     def progress(done: int, total: int) -> None:

@@ -1,0 +1,424 @@
+"""The ``diskreplay`` command line, through click's CliRunner and the installed entry point.
+
+The shared store has wrapped: max_size 10, num_envs 2, 8 steps = transitions 1..16, of
+which 7..16 remain. Transition t has states [t, t, t], actions t, rewards t/2,
+log_probs -t, next state [t+2]*3 (the state of the same env's next transition) and is
+done for t in DONES. Transition t lives in slot (t - 1) % 10 and belongs to env (t - 1) % 2.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from diskreplay import DiskReplay
+from diskreplay.cli.main import main
+
+BACKENDS = ["memmap", "hdf5"]
+COMMANDS = ["info", "show", "stats", "sample", "verify", "export", "plot", "convert"]
+ENTRY = Path(sys.executable).with_name("diskreplay")
+DONES = {5, 10, 11, 14, 15}
+MAX_SIZE, NUM_ENVS, STEPS = 10, 2, 8
+FIELDS = {"states": ((3,), "float32"), "actions": ((), "int64"), "rewards": ((), "float32"),
+          "dones": ((), "bool"), "log_probs": ((), "float32")}
+
+
+def make_store(path, backend):
+    with DiskReplay.create(path, MAX_SIZE, num_envs=NUM_ENVS, backend=backend, seed=0, fields=FIELDS) as buf:
+        for step in range(STEPS):
+            ts = np.arange(1 + NUM_ENVS * step, 1 + NUM_ENVS * (step + 1))
+            col = ts[:, None].astype(np.float32)
+            buf.add(np.repeat(col, 3, 1), ts, (ts / 2).astype(np.float32), np.repeat(col + NUM_ENVS, 3, 1),
+                    np.isin(ts, sorted(DONES)), log_probs=-ts.astype(np.float32))
+    return path
+
+
+@pytest.fixture(scope="module", params=BACKENDS)
+def store(request, tmp_path_factory):
+    return make_store(tmp_path_factory.mktemp(request.param) / "s.replay", request.param)
+
+
+@pytest.fixture(scope="module")
+def memmap_store(tmp_path_factory):
+    """One store for the tests whose subject is not the backend."""
+    return make_store(tmp_path_factory.mktemp("one") / "s.replay", "memmap")
+
+
+class Result:
+    def __init__(self, code, out, err):
+        self.code, self.out, self.err = code, out, err
+
+    def json(self):
+        return json.loads(self.out)
+
+    def __repr__(self):
+        return f"<exit {self.code}\nstdout: {self.out}\nstderr: {self.err}>"
+
+
+@pytest.fixture(params=["runner", "entry_point"])
+def run(request):
+    def invoke(*args) -> Result:
+        args = [str(a) for a in args]
+        if request.param == "runner":
+            r = CliRunner().invoke(main, args, prog_name="diskreplay")
+            if r.exception is not None and not isinstance(r.exception, SystemExit):
+                raise r.exception
+            return Result(r.exit_code, r.stdout, r.stderr)
+        p = subprocess.run([str(ENTRY)] + args, capture_output=True, text=True, timeout=120)
+        assert "Traceback" not in p.stderr, p.stderr
+        return Result(p.returncode, p.stdout, p.stderr)
+
+    return invoke
+
+
+def t_of_slot(slot):
+    """Transition held by ``slot`` in the shared store (seen 16, head 5)."""
+    return 16 - (5 - slot) % MAX_SIZE
+
+
+def assert_fits(text, width=80):
+    assert text.strip()
+    assert all(len(line) <= width for line in text.splitlines()), text
+
+
+# ---------------------------------------------------------------- help
+def test_every_command_has_help(run):
+    r = run("--help")
+    assert r.code == 0
+    for cmd in COMMANDS:
+        assert cmd in r.out
+    for cmd in COMMANDS:
+        r = run(cmd, "--help")
+        assert r.code == 0, r
+        assert f"Usage: diskreplay {cmd}" in r.out
+        assert "Example" in r.out
+
+
+# ---------------------------------------------------------------- info
+def test_info(store, run):
+    r = run("info", store, "--json")
+    assert r.code == 0 and r.err == ""
+    d = r.json()
+    assert d["path"] == str(store)
+    assert d["backend"] in BACKENDS and d["format_version"] == 1
+    assert (d["max_size"], d["size"], d["seen_size"], d["head"], d["num_envs"]) == (10, 10, 16, 5, 2)
+    assert (d["batch_size"], d["use_cer"]) == (32, False)
+    assert d["fields"]["states"] == {"shape": [3], "dtype": "float32"}
+    assert d["fields"]["log_probs"] == {"shape": [], "dtype": "float32"}
+    assert d["disk_bytes"] > 0 and d["writer_alive"] is False
+    r = run("info", store)
+    assert r.code == 0
+    assert_fits(r.out)
+    assert "seen_size       16" in r.out and "writer          none" in r.out
+
+
+# ---------------------------------------------------------------- show
+def test_show_tail_head_index(store, run):
+    r = run("show", store, "--tail", 3, "--json")
+    assert r.code == 0
+    rows = r.json()
+    assert [row["slot"] for row in rows] == [3, 4, 5]
+    newest = rows[-1]
+    assert newest == {"slot": 5, "states": [16.0] * 3, "actions": 16, "rewards": 8.0,
+                      "next_states": [18.0] * 3, "dones": False, "log_probs": -16.0}
+    assert [row["dones"] for row in rows] == [True, True, False]
+
+    rows = run("show", store, "--head", 2, "--json").json()
+    assert [(row["slot"], row["actions"]) for row in rows] == [(6, 7), (7, 8)]
+
+    rows = run("show", store, "--index", 0, 9, 2, "--fields", "actions,next_states", "--json").json()
+    assert rows == [{"slot": 0, "actions": 11, "next_states": [13.0] * 3},
+                    {"slot": 9, "actions": 10, "next_states": [12.0] * 3},
+                    {"slot": 2, "actions": 13, "next_states": [15.0] * 3}]
+
+    r = run("show", store)  # default: the newest 10, oldest first
+    assert r.code == 0
+    assert_fits(r.out)
+    lines = r.out.splitlines()
+    assert lines[0].split() == ["slot", "states", "actions", "rewards", "next_states", "dones", "log_probs"]
+    assert [int(line.split()[0]) for line in lines[1:]] == [6, 7, 8, 9, 0, 1, 2, 3, 4, 5]
+    assert lines[-1].split() == ["5", "[16", "16", "16]", "16", "8", "[18", "18", "18]", "False", "-16"]
+
+
+def test_show_summarizes_large_arrays(tmp_path, run):
+    path = tmp_path / "big.replay"
+    with DiskReplay.create(path, 4, seed=0) as buf:
+        for t in range(1, 6):
+            frame = np.full((4, 84, 84), t, np.uint8)
+            frame[0, 0, 0] = 0
+            buf.add(frame, t, float(t), frame + 1, False)
+    r = run("show", path, "--tail", 1)
+    assert r.code == 0
+    assert_fits(r.out)
+    assert "4x84x84 0..5" in r.out
+    rows = run("show", path, "--tail", 1, "--json").json()
+    assert np.array(rows[0]["states"]).shape == (4, 84, 84)
+
+
+# ---------------------------------------------------------------- stats
+def test_stats(store, run):
+    r = run("stats", store, "--json")
+    assert r.code == 0 and r.err == ""
+    d = r.json()
+    assert (d["size"], d["seen_size"], d["dones"]) == (10, 16, 4)
+    ts = np.arange(7, 17, dtype=np.float64)
+    for name, values in (("states", ts), ("actions", ts), ("rewards", ts / 2), ("log_probs", -ts)):
+        s = d["fields"][name]
+        assert s["min"] == values.min() and s["max"] == values.max()
+        assert s["mean"] == pytest.approx(values.mean()) and s["std"] == pytest.approx(values.std())
+    assert d["fields"]["states"]["count"] == 30
+    assert d["fields"]["dones"]["mean"] == pytest.approx(0.4)
+    ep = d["episodes"]
+    # env 0 (odd t): dones at 11, 15; the episode ending at 11 started before the wrap.
+    # env 1 (even t): dones at 10, 14; only 12+14 is complete.
+    assert ep["dones_per_env"] == [2, 2] and ep["complete_episodes_per_env"] == [1, 1]
+    assert (ep["return_mean"], ep["return_min"], ep["return_max"]) == (13.5, 13.0, 14.0)
+    r = run("stats", store)
+    assert r.code == 0
+    assert_fits(r.out)
+    assert "returns over 2 complete episodes: mean 13.5, min 13, max 14" in r.out
+    assert r.out.splitlines()[2].split() == ["states", "7", "16", "11.5", "2.87228"]
+
+
+def test_stats_counts_first_episodes_when_nothing_was_evicted(tmp_path, run):
+    path = tmp_path / "small.replay"
+    with DiskReplay.create(path, 10, seed=0) as buf:
+        for t in range(1, 6):
+            buf.add(np.zeros(2, np.float32), 0, 1.0, np.zeros(2, np.float32), t in (2, 5))
+    ep = run("stats", path, "--json").json()["episodes"]
+    assert ep["complete_episodes"] == 2 and ep["return_min"] == 2.0 and ep["return_max"] == 3.0
+
+
+# ---------------------------------------------------------------- sample
+def test_sample(store, run):
+    r = run("sample", store, "-n", 6, "--seed", 3, "--json")
+    assert r.code == 0 and r.err == ""
+    d = r.json()
+    idxs = np.random.default_rng(3).integers(0, 10, 6).tolist()
+    assert d["idxs"] == idxs
+    assert d["actions"] == [t_of_slot(s) for s in idxs]
+    assert d["next_states"] == [[t_of_slot(s) + 2.0] * 3 for s in idxs]
+    assert run("sample", store, "-n", 6, "--seed", 3, "--json").json() == d
+
+    # Without --seed: the store's own next batch, and the sampler state is not moved.
+    with DiskReplay.open(store, mode="r") as buf:
+        want = buf.sample(5)
+        want_idxs = buf.batch_idxs.tolist()
+    for _ in range(2):
+        d = run("sample", store, "-n", 5, "--json").json()
+        assert d["idxs"] == want_idxs and d["rewards"] == want["rewards"].tolist()
+    r = run("sample", store, "-n", 4, "--seed", 0)
+    assert r.code == 0
+    assert_fits(r.out)
+    assert len(r.out.splitlines()) == 5
+
+
+# ---------------------------------------------------------------- verify
+def test_verify_sound(store, run):
+    r = run("verify", store)
+    assert r.code == 0, r
+    assert r.out.splitlines()[0].endswith(": OK")
+    assert "10 rows" in r.out and "10 row CRCs" in r.out
+    assert r.err == ""  # no progress bar when stderr is not a terminal
+    d = run("verify", store, "--json").json()
+    assert d["ok"] is True and d["problems"] == [] and d["checked"]["rows_crc_checked"] == 10
+
+
+def _data_offset(path, backend, field):
+    if backend == "hdf5":
+        from diskreplay.backends import get_backend
+        from diskreplay.description import read_description
+
+        desc = read_description(str(path))
+        return path / "data.h5", get_backend("hdf5").dataset_offsets(str(path), desc["fields"], MAX_SIZE)[field]
+    from diskreplay.npyfile import read_npy_header
+
+    return path / f"{field}.npy", read_npy_header(str(path / f"{field}.npy"))[2]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_verify_names_damage(tmp_path, run, backend):
+    # A truncated data file.
+    s1 = make_store(tmp_path / "a.replay", backend)
+    victim = s1 / ("data.h5" if backend == "hdf5" else "actions.npy")
+    os.truncate(victim, victim.stat().st_size - 8)
+    r = run("verify", s1)
+    assert r.code == 1, r
+    assert "DAMAGED" in r.out and victim.name in r.out
+    # A row whose bytes changed: rewards of slot 3 (transition 14).
+    s2 = make_store(tmp_path / "b.replay", backend)
+    file, offset = _data_offset(s2, backend, "rewards")
+    with open(file, "r+b") as f:
+        f.seek(offset + 3 * 4)
+        f.write(np.float32(99).tobytes())
+    r = run("verify", s2)
+    assert r.code == 1
+    assert "1 rows do not match their CRC" in r.out and "slots 3" in r.out
+    # Both checkpoint slots damaged, and meta.bin's check word.
+    s3 = make_store(tmp_path / "c.replay", backend)
+    size = (s3 / "checkpoint.bin").stat().st_size
+    with open(s3 / "checkpoint.bin", "r+b") as f:
+        for pos in (0, size // 2):
+            f.seek(pos)
+            f.write(b"XXXX")
+    with open(s3 / "meta.bin", "r+b") as f:
+        f.seek(8 * 3)
+        f.write(b"\x55")
+    d = run("verify", s3, "--json").json()
+    assert d["ok"] is False
+    assert any("checkpoint.bin" in p and "neither" in p for p in d["problems"])
+    assert any("meta.bin" in p and "check word" in p for p in d["problems"])
+
+
+# ---------------------------------------------------------------- export
+def test_export(store, run, tmp_path):
+    out = tmp_path / "all.npz"
+    r = run("export", store, out)
+    assert r.code == 0 and "exported 10 transitions" in r.out
+    with np.load(out) as z:
+        assert sorted(z.files) == sorted(["states", "actions", "rewards", "next_states", "dones",
+                                          "log_probs", "slots"])
+        assert z["actions"].tolist() == list(range(7, 17))
+        assert z["slots"].tolist() == [6, 7, 8, 9, 0, 1, 2, 3, 4, 5]
+        assert z["states"].dtype == np.float32 and z["states"].shape == (10, 3)
+        assert z["next_states"][:, 0].tolist() == list(range(9, 19))
+        assert z["dones"].tolist() == [t in DONES for t in range(7, 17)]
+
+    import h5py
+
+    out = tmp_path / "part.h5"
+    r = run("export", store, out, "--start", 2, "--stop", -1)
+    assert r.code == 0, r
+    with h5py.File(out, "r") as f:
+        assert f["actions"][:].tolist() == list(range(9, 16))
+        assert f["next_states"][-1].tolist() == [17.0] * 3
+        assert f["log_probs"][0] == -9.0 and f["dones"].dtype == np.bool_
+    r = run("export", store, out)
+    assert r.code == 1 and "--overwrite" in r.err
+    assert run("export", store, out, "--overwrite", "--format", "hdf5").code == 0
+    r = run("export", store, tmp_path / "x.npz", "--start", 11)
+    assert r.code == 2 and "Error" in r.err
+
+
+# ---------------------------------------------------------------- plot
+def test_plot(store, run, tmp_path):
+    out = tmp_path / "p.png"
+    r = run("plot", store, out)
+    assert r.code == 0, r
+    assert "2 episode returns" in r.out
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_plot_without_matplotlib(memmap_store, tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib now fails
+    r = CliRunner().invoke(main, ["plot", str(memmap_store), str(tmp_path / "p.png")])
+    assert r.exit_code == 1
+    assert "pip install 'diskreplay[plot]'" in r.stderr
+    assert not (tmp_path / "p.png").exists()
+
+
+# ---------------------------------------------------------------- convert
+def test_convert(store, run, tmp_path):
+    src_backend = run("info", store, "--json").json()["backend"]
+    other = "hdf5" if src_backend == "memmap" else "memmap"
+    dst = tmp_path / "c.replay"
+    r = run("convert", store, dst, "--backend", other)
+    assert r.code == 0, r
+    a, b = run("info", store, "--json").json(), run("info", dst, "--json").json()
+    assert b["backend"] == other
+    for key in ("size", "seen_size", "head", "max_size", "num_envs", "fields"):
+        assert a[key] == b[key]
+    assert run("show", dst, "--json").json() == run("show", store, "--json").json()
+    assert run("sample", dst, "-n", 4, "--json").json() == run("sample", store, "-n", 4, "--json").json()
+    r = run("convert", store, dst, "--backend", other)
+    assert r.code == 1 and r.err.startswith("Error: ")
+
+
+# ---------------------------------------------------------------- errors and safety
+@pytest.mark.parametrize("args,code", [
+    (["info", "{missing}"], 1), (["show", "{missing}"], 1), (["stats", "{file}"], 1),
+    (["verify", "{missing}"], 1), (["verify", "{dir}"], 1), (["sample", "{store}", "-n", "0"], 2),
+    (["show", "{store}", "--index", "10"], 1), (["show", "{store}", "--index", "x"], 2),
+    (["show", "{store}", "--fields", "nope"], 2), (["show", "{store}", "--head", "1", "--tail", "1"], 2),
+    (["show", "{store}", "3"], 2), (["export", "{store}", "{missing}/x.npz"], 1),
+    (["convert", "{store}", "{tmp}/d", "--backend", "zarr"], 2), (["plot", "{missing}", "{tmp}/p.png"], 1),
+])
+def test_errors_are_clean(memmap_store, run, tmp_path, args, code):
+    (tmp_path / "file").write_text("not a store")
+    (tmp_path / "dir").mkdir()
+    subst = {"missing": tmp_path / "nope", "file": tmp_path / "file", "store": memmap_store, "tmp": tmp_path,
+             "dir": tmp_path / "dir"}
+    r = run(*[a.format(**subst) for a in args])
+    assert r.code == code, r
+    assert r.out == ""
+    assert "Error: " in r.err and "Traceback" not in r.err
+
+
+def test_commands_never_change_the_store(store, run, tmp_path):
+    def digest():
+        return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(store.iterdir())}
+
+    before = digest()
+    for args in (["info"], ["show"], ["stats"], ["sample"], ["verify"], ["export", tmp_path / "e.h5"],
+                 ["convert", tmp_path / "c.replay", "--backend", "memmap"]):
+        assert run(args[0], store, *args[1:]).code == 0
+    assert digest() == before
+
+
+# ---------------------------------------------------------------- beside a live writer
+WRITER = textwrap.dedent("""
+    import sys
+    import time
+    import numpy as np
+    from diskreplay import DiskReplay
+    buf = DiskReplay.create(sys.argv[1], 50, backend=sys.argv[2], seed=0,
+                            fields={"states": ((3,), "int64"), "actions": ((), "int64"),
+                                    "rewards": ((), "float32"), "dones": ((), "bool")})
+    t = 0
+    while True:
+        t += 1
+        buf.add(np.full(3, t, np.int64), t, 1.0, np.full(3, t + 1, np.int64), t % 10 == 0)
+        if t == 120:
+            print("ready", flush=True)
+        if t > 120:
+            time.sleep(0.0001)  # leaves readers a chance to read rows before they are overwritten
+""")
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_info_and_show_beside_a_live_writer(tmp_path, run, backend):
+    path = tmp_path / "live.replay"
+    writer = subprocess.Popen([sys.executable, "-c", WRITER, str(path), backend], stdout=subprocess.PIPE, text=True)
+    try:
+        assert writer.stdout.readline().strip() == "ready"
+        for _ in range(3):
+            d = run("info", path, "--json").json()
+            assert d["writer_alive"] is True
+            assert d["seen_size"] >= 120 and d["size"] == 50
+            assert d["head"] == (d["seen_size"] - 1) % 50
+            rows = run("show", path, "--tail", 5, "--json").json()
+            ts = [row["actions"] for row in rows]
+            assert ts[0] >= 116 and ts == list(range(ts[0], ts[0] + 5))
+            for row in rows:
+                assert row["slot"] == (row["actions"] - 1) % 50
+                assert row["states"] == [row["actions"]] * 3
+                assert row["next_states"] == [row["actions"] + 1] * 3
+        r = run("stats", path, "--json")
+        assert r.code == 0
+        d = r.json()
+        rewards = d["fields"]["rewards"]
+        # Rows the writer overwrote before they were read are left out, never mixed in.
+        assert rewards["count"] == d["size"] == 50 - d["skipped_overwritten"]
+        assert rewards["mean"] in (1.0, None)
+        assert run("verify", path).code == 0
+    finally:
+        writer.kill()
+        writer.wait()
