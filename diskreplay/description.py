@@ -10,6 +10,7 @@ from .fsutil import atomic_write, io_error
 from .schema import fields_from_json
 
 FORMAT_VERSION = 1
+MAX_SLOTS = 1 << 40
 DESCRIPTION_FILE = "store.json"
 _BACKENDS = ("memmap", "hdf5")
 
@@ -71,9 +72,9 @@ def parse_description(raw: bytes, path: str = DESCRIPTION_FILE) -> dict:
         return value
 
     need("backend", lambda v: v in _BACKENDS, f"one of {_BACKENDS}")
-    max_size = need("max_size", lambda v: _is_int(v) and v >= 1, "an integer >= 1")
+    max_size = need("max_size", lambda v: _is_int(v) and 1 <= v <= MAX_SLOTS, f"an integer in [1, {MAX_SLOTS}]")
     num_envs = need("num_envs", lambda v: _is_int(v) and 1 <= v <= max_size, f"an integer in [1, {max_size}]")
-    need("batch_size", lambda v: _is_int(v) and v >= 1, "an integer >= 1")
+    need("batch_size", lambda v: _is_int(v) and 1 <= v <= MAX_SLOTS, f"an integer in [1, {MAX_SLOTS}]")
     need("use_cer", lambda v: isinstance(v, bool), "true or false")
     need("seed_entropy", lambda v: isinstance(v, str) and v.isdigit(), "a decimal string")
     need("flush_every", lambda v: v is None or (_is_int(v) and v >= 1), "null or an integer >= 1")

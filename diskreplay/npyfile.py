@@ -1,6 +1,7 @@
 """Preallocated ``.npy`` files that ``numpy.load(path, mmap_mode="r")`` opens as they are."""
 from __future__ import annotations
 
+import io
 import os
 
 import numpy as np
@@ -57,8 +58,26 @@ def read_npy_header(path: str) -> tuple[tuple, np.dtype, int]:
         raise io_error(f"reading {path}", exc) from exc
 
 
+def expected_npy_bytes(shape: tuple, dtype: np.dtype) -> int:
+    """Size of the file ``create_npy`` writes for ``shape`` and ``dtype``."""
+    header = {"descr": _fmt.dtype_to_descr(np.dtype(dtype)), "fortran_order": False, "shape": tuple(shape)}
+    buf = io.BytesIO()
+    _fmt.write_array_header_2_0(buf, header) if _needs_v2(header) else _fmt.write_array_header_1_0(buf, header)
+    return buf.tell() + int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+
+
 def open_npy(path: str, shape: tuple, dtype: np.dtype, writable: bool) -> tuple[MappedFile, np.ndarray, int]:
     """Map an ``.npy`` file after checking its header and size against ``shape`` and ``dtype``."""
+    try:
+        actual = os.stat(path).st_size
+    except FileNotFoundError:
+        raise CorruptStoreError(f"{path} is missing") from None
+    except OSError as exc:
+        raise io_error(f"reading {path}", exc) from exc
+    expected_total = expected_npy_bytes(shape, dtype)
+    if actual < expected_total:
+        raise CorruptStoreError(
+            f"{path} is {actual} bytes, expected {expected_total} bytes: the file is truncated")
     found_shape, found_dtype, offset = read_npy_header(path)
     if found_shape != tuple(shape) or found_dtype != np.dtype(dtype):
         raise CorruptStoreError(

@@ -11,6 +11,7 @@ from .errors import InvalidArgumentError, SchemaMismatchError
 CORE_FIELDS = ("states", "actions", "rewards", "dones")
 RESERVED_NAMES = ("next_states",)
 _NUMERIC_KINDS = "biuf"
+MAX_ROW_ELEMENTS = 1 << 32
 
 
 @dataclass(frozen=True)
@@ -52,6 +53,9 @@ def check_shape(name: str, shape) -> tuple:
         raise InvalidArgumentError(f"field {name!r}: shape {shape!r} is not a tuple of ints") from exc
     if any(d < 0 for d in shape):
         raise InvalidArgumentError(f"field {name!r}: shape {shape} has a negative dimension")
+    if len(shape) > 16 or int(np.prod(shape, dtype=object)) > MAX_ROW_ELEMENTS:
+        raise InvalidArgumentError(
+            f"field {name!r}: shape {shape} is too large (at most 16 dimensions and {MAX_ROW_ELEMENTS} elements per row)")
     return shape
 
 

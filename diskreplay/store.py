@@ -30,7 +30,7 @@ from .backends import get_backend
 from .checkpoint import CHECKPOINT_FILE, CheckpointFile, CheckpointLayout, create_checkpoint_file
 from .counters import (COUNTERS_FILE, W_CHECK, W_CLEAN, W_DRAWS, W_FLUSH_NS, W_INTENT, W_KEY,
                        W_PID, W_RESETS, W_SEEN, Counters, create_counters, current_boot_id)
-from .description import (DESCRIPTION_FILE, FORMAT_VERSION, new_description, read_description,
+from .description import (DESCRIPTION_FILE, FORMAT_VERSION, MAX_SLOTS, new_description, read_description,
                           write_description)
 from .errors import (CorruptStoreError, DiskReplayError, EmptyStoreError, IncompleteStoreError,
                      IndexOutOfRangeError, InvalidArgumentError, NotAStoreError, ReadOnlyError,
@@ -118,6 +118,8 @@ class DiskReplay:
         adds (default: only when the undo reserve requires it, on ``flush()`` and ``close()``).
         """
         max_size = _check_count("max_size", max_size)
+        if max_size > MAX_SLOTS:
+            raise InvalidArgumentError(f"max_size must be at most {MAX_SLOTS}, got {max_size}")
         num_envs = _check_count("num_envs", num_envs)
         batch_size = _check_count("batch_size", batch_size)
         if num_envs > max_size:

@@ -27,7 +27,10 @@ class MappedFile:
             if self.size == 0:
                 raise CorruptStoreError(f"{path} is empty")
             prot = mmap.PROT_READ | (mmap.PROT_WRITE if writable else 0)
-            self.mm = mmap.mmap(self.fd, self.size, mmap.MAP_SHARED, prot)
+            try:
+                self.mm = mmap.mmap(self.fd, self.size, mmap.MAP_SHARED, prot)
+            except OSError as exc:
+                raise io_error(f"memory-mapping {path} (is it a regular file on a local filesystem?)", exc) from exc
         except BaseException:
             os.close(self.fd)
             raise
