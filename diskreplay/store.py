@@ -714,6 +714,12 @@ class DiskReplay:
         upto = min(checkpoint.seen, self._seen)
         first = max(self._base, self._seen - self.max_size, 0)
         bad = torn_slots(self._sums, self._storage.arrays, first, upto, self._base, self.max_size, progress)
+        if self.mode == "r" and bad:
+            # Rows a live writer overwrote during the pass no longer match their old CRC.
+            intent = int(self._counters.words[W_INTENT])
+            head = ring.ring_head(self._seen, self._base, self.max_size)
+            held = self._seen - (head - np.asarray(bad)) % self.max_size
+            bad = [slot for slot, t in zip(bad, held.tolist()) if t + self.max_size > intent]
         return max(0, upto - first), bad
 
     # ------------------------------------------------------------------ closing
