@@ -6,6 +6,9 @@
         (see ``probe``) and exits 0 when the outcome was a success or a DiskReplayError,
         3 when a foreign exception escaped.
 
+    python tests/hostile_child.py probe-as UID STORE MODE
+        The same, as the user UID (the child starts as root, imports, then drops privileges).
+
     python tests/hostile_child.py serve
         Read JSON requests ``{"path": ..., "mode": ...}`` from stdin, one a line; for each
         fork a grandchild that runs ``probe`` and exits, wait for it and answer with one
@@ -159,6 +162,15 @@ def main(argv) -> int:
         return serve()
     if argv[:1] == ["probe"] and len(argv) == 3:
         result = probe(argv[1], argv[2])
+        print(json.dumps(result), flush=True)
+        return 3 if result["outcome"] == "foreign" else 0
+    if argv[:1] == ["probe-as"] and len(argv) == 4:
+        # Import everything first (the interpreter may live where the user cannot read),
+        # then drop root's privileges: permission bits apply from here on.
+        import h5py  # noqa: F401
+        os.setgid(int(argv[1]))
+        os.setuid(int(argv[1]))
+        result = probe(argv[2], argv[3])
         print(json.dumps(result), flush=True)
         return 3 if result["outcome"] == "foreign" else 0
     if argv[:1] == ["create"] and len(argv) == 4:
