@@ -137,7 +137,7 @@ def test_parse_description_damaged_bytes_of_a_valid_description(valid_descriptio
 
 def _words_page(words, tail: bytes) -> bytes:
     page = np.frombuffer(tail.ljust(COUNTERS_BYTES, b"\0")[:COUNTERS_BYTES], np.int64).copy()
-    page[:NWORDS] = words
+    page[:NWORDS] = [(w + (1 << 63)) % (1 << 64) - (1 << 63) for w in words]  # wrap to int64
     return page.tobytes()
 
 
