@@ -82,6 +82,7 @@ class CheckpointFile:
     def __init__(self, directory: str, layout: CheckpointLayout, writable: bool):
         self.path = os.path.join(directory, CHECKPOINT_FILE)
         self.layout = layout
+        self.both_valid = True
         try:
             self.fd = os.open(self.path, os.O_RDWR if writable else os.O_RDONLY)
         except FileNotFoundError:
@@ -104,7 +105,9 @@ class CheckpointFile:
             return None
         if zlib.crc32(raw[:-4]) != header_crc or body_len != self.layout.body_bytes:
             return None
-        if not (0 <= base <= seen and count <= self.layout.reserve_rows):
+        limit = 1 << 62
+        if not (0 <= base <= seen < limit and draws < limit and resets < limit and first < limit
+                and count <= self.layout.reserve_rows):
             return None
         if self._body_crc(slot) != body_crc:
             return None
@@ -126,6 +129,7 @@ class CheckpointFile:
     def newest(self) -> Checkpoint | None:
         """The valid checkpoint with the highest generation (None if neither slot is valid)."""
         found = [c for c in (self.read_header(0), self.read_header(1)) if c is not None]
+        self.both_valid = len(found) == 2
         return max(found, key=lambda c: c.generation) if found else None
 
     def write(self, slot: int, generation: int, seen: int, base: int, draws: int, resets: int,

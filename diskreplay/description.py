@@ -76,7 +76,8 @@ def parse_description(raw: bytes, path: str = DESCRIPTION_FILE) -> dict:
     num_envs = need("num_envs", lambda v: _is_int(v) and 1 <= v <= max_size, f"an integer in [1, {max_size}]")
     need("batch_size", lambda v: _is_int(v) and 1 <= v <= MAX_SLOTS, f"an integer in [1, {MAX_SLOTS}]")
     need("use_cer", lambda v: isinstance(v, bool), "true or false")
-    need("seed_entropy", lambda v: isinstance(v, str) and v.isdigit(), "a decimal string")
+    need("seed_entropy", lambda v: isinstance(v, str) and 0 < len(v) <= 200 and v.isascii() and v.isdigit(),
+         "a decimal string")
     need("flush_every", lambda v: v is None or (_is_int(v) and v >= 1), "null or an integer >= 1")
     out = dict(d)
     if d.get("fields") is None:

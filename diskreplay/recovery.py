@@ -36,22 +36,28 @@ class OpenState:
 
 
 def decide_state(counters: Counters, checkpoint: Checkpoint | None, num_envs: int,
-                 reserve_rows: int) -> OpenState:
+                 reserve_rows: int, both_slots_valid: bool = True) -> OpenState:
     problem = counters.problem(num_envs)
     words = counters.words
     if problem is None:
         seen, intent, base, draws, resets = counters.snapshot()
         clean = int(words[W_CLEAN]) == 1
         same_boot = int(words[W_BOOT]) == current_boot_id() and current_boot_id() != 0
-        if clean:
+        # close() flushes, so a clean record equals the newest checkpoint; when one slot is
+        # damaged the newest valid one may be older, and the clean record is still right.
+        if clean and checkpoint is not None and both_slots_valid and (checkpoint.seen, checkpoint.base) != (seen, base):
+            problem = (f"marked clean at seen_size {seen}, but close() flushed seen_size "
+                       f"{checkpoint.seen} (the record was edited or damaged)")
+        elif clean:
             return OpenState(seen, base, draws, resets, seen, seen, False, None)
-        if same_boot or checkpoint is None and seen == 0:
+        elif same_boot or checkpoint is None and seen == 0:
             reason = None if intent == seen else (
                 f"the last writer stopped during an add; restored the {intent - seen} rows it was writing")
             if reason is None:
                 reason = "the last writer stopped without closing the store; nothing was lost"
             return OpenState(seen, base, draws, resets, seen, intent, False, reason)
-        problem = "written before the last reboot, power cut or OS crash"
+        else:
+            problem = "written before the last reboot, power cut or OS crash"
     if checkpoint is None:
         raise CorruptStoreError(
             f"{counters.path}: the live counters cannot be used ({problem}) and no valid "

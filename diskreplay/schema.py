@@ -36,7 +36,7 @@ class FieldSpec:
 def check_dtype(name: str, dtype) -> np.dtype:
     try:
         dt = np.dtype(dtype)
-    except TypeError as exc:
+    except (TypeError, ValueError, SyntaxError, OverflowError) as exc:
         raise InvalidArgumentError(f"field {name!r}: {dtype!r} is not a numpy dtype") from exc
     if dt.kind not in _NUMERIC_KINDS or dt.fields is not None or dt.subdtype is not None:
         raise InvalidArgumentError(
@@ -45,12 +45,12 @@ def check_dtype(name: str, dtype) -> np.dtype:
 
 
 def check_shape(name: str, shape) -> tuple:
-    if isinstance(shape, numbers.Integral):
+    if isinstance(shape, numbers.Integral) and not isinstance(shape, bool):
         shape = (shape,)
-    try:
-        shape = tuple(int(d) for d in shape)
-    except (TypeError, ValueError) as exc:
-        raise InvalidArgumentError(f"field {name!r}: shape {shape!r} is not a tuple of ints") from exc
+    if isinstance(shape, (str, bytes)) or not isinstance(shape, (tuple, list)) or not all(
+            isinstance(d, numbers.Integral) and not isinstance(d, bool) for d in shape):
+        raise InvalidArgumentError(f"field {name!r}: shape {shape!r} is not a tuple of ints")
+    shape = tuple(int(d) for d in shape)
     if any(d < 0 for d in shape):
         raise InvalidArgumentError(f"field {name!r}: shape {shape} has a negative dimension")
     if len(shape) > 16 or int(np.prod(shape, dtype=object)) > MAX_ROW_ELEMENTS:

@@ -73,8 +73,23 @@ def _store_files(backend_name: str, fields) -> list[str]:
 
 
 def _looks_like_store(directory: str) -> bool:
+    """Whether ``directory`` holds a diskreplay store (or a half-created one), by its own marks:
+    the CREATING marker, a store.json saying so, or a meta.bin with its magic number."""
     names = set(os.listdir(directory))
-    return bool(names & {DESCRIPTION_FILE, CREATING_MARKER, COUNTERS_FILE})
+    if CREATING_MARKER in names:
+        return True
+    try:
+        with open(os.path.join(directory, COUNTERS_FILE), "rb") as f:
+            head = f.read(8)
+            if head == b"DRMETA01" or len(head) < 8:  # ours, or cut short while being created
+                return True
+    except OSError:
+        pass
+    try:
+        with open(os.path.join(directory, DESCRIPTION_FILE), "rb") as f:
+            return b'"format": "diskreplay"' in f.read(1 << 16)
+    except OSError:
+        return False
 
 
 def _own_files(directory: str) -> bool:
@@ -227,6 +242,7 @@ class DiskReplay:
         else:
             self._reader_state = None
             self._refresh_reader()
+            self._check_clean_record()
             self._sampler = ring.Sampler(desc["seed_entropy"], self._draws)
         self._bind_hot_path()
 
@@ -247,7 +263,8 @@ class DiskReplay:
         if self._fields is not None and checkpoint is None:
             raise CorruptStoreError(
                 f"{os.path.join(self._dir, CHECKPOINT_FILE)}: neither checkpoint slot is valid")
-        state = decide_state(self._counters, checkpoint, self.num_envs, self._reserve_rows or 0)
+        state = decide_state(self._counters, checkpoint, self.num_envs, self._reserve_rows or 0,
+                             self._ckfile.both_valid if self._ckfile else True)
         if self._fields is None and state.seen != 0:
             raise CorruptStoreError(
                 f"{self._counters.path}: seen_size is {state.seen} but the store has no fields yet")
@@ -313,7 +330,8 @@ class DiskReplay:
                 self._alive, self._alive_at = writer_alive(self._dir), now
             if not self._alive:
                 checkpoint = self._ckfile.newest()
-                state = decide_state(self._counters, checkpoint, self.num_envs, self._reserve_rows)
+                state = decide_state(self._counters, checkpoint, self.num_envs, self._reserve_rows,
+                                     self._ckfile.both_valid)
                 seen, base, draws, resets = state.seen, state.base, state.draws, state.resets
                 if state.restore_to > state.restore_from:
                     overlay = (state.restore_from, state.restore_to)
@@ -323,6 +341,22 @@ class DiskReplay:
         self._reader_state = (key, overlay, checkpoint)
         if self._fields is None and seen:
             raise CorruptStoreError(f"{self._counters.path}: seen_size is {seen} but the store has no fields")
+
+    def _check_clean_record(self) -> None:
+        """A record marked clean must agree with the checkpoint close() wrote (readers check once)."""
+        if self._fields is None:
+            return
+        for _ in range(3):
+            if int(self._counters.words[W_CLEAN]) != 1:
+                return
+            checkpoint = self._ckfile.newest()
+            if checkpoint is None or not self._ckfile.both_valid or \
+                    (checkpoint.seen, checkpoint.base) == (self._seen, self._base):
+                return
+            self._refresh_reader()  # a writer may have opened meanwhile
+        raise CorruptStoreError(
+            f"{self._counters.path}: marked clean at seen_size {self._seen}, but the last flush recorded "
+            f"seen_size {checkpoint.seen}; open the store with mode='r+' to recover from the last flush")
 
     # ------------------------------------------------------------------ attributes
     @property
@@ -609,6 +643,8 @@ class DiskReplay:
         if self.mode == "r":
             self._refresh_reader()
         idxs = self._checked_idxs(idxs)
+        if self._fields is None:
+            return {}  # no fields yet, and _checked_idxs allowed only an empty selection
         if self.mode == "r":
             return self._gather_consistent(idxs)
         return self._gather(idxs, ring.ring_head(self._seen, self._base, self.max_size), self._current_ns())
