@@ -89,6 +89,8 @@ class Counters:
     def commit_state(self, seen: int, base: int, draws: int, resets: int) -> None:
         """Overwrite the whole state (used at open and reset, never on the hot path)."""
         w = self.words
+        w[W_MAGIC] = MAGIC  # recovery may be rewriting a damaged record
+        w[W_VERSION] = 1
         w[W_INTENT] = seen
         w[W_BASE] = base
         w[W_RESETS] = resets

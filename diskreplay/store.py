@@ -159,8 +159,8 @@ class DiskReplay:
                 shutil.rmtree(directory, ignore_errors=True)
             raise
         try:
-            _remove_store_files(directory)
-            _touch(os.path.join(directory, CREATING_MARKER))
+            _touch(os.path.join(directory, CREATING_MARKER))  # first: a kill from here on leaves it marked
+            _remove_store_files(directory, keep_marker=True)
             reserve = None
             if specs is not None:
                 reserve = reserve_rows_for(specs, num_envs, max_size, flush_every)
@@ -917,10 +917,10 @@ def _unlink(path: str) -> None:
         pass
 
 
-def _remove_store_files(directory: str) -> None:
+def _remove_store_files(directory: str, keep_marker: bool = False) -> None:
     """Remove what a store (or a half-created one) consists of, nothing else."""
     for name in os.listdir(directory):
-        if name == LOCK_FILE:
+        if name == LOCK_FILE or (keep_marker and name == CREATING_MARKER):
             continue
         if name in (DESCRIPTION_FILE, COUNTERS_FILE, CREATING_MARKER, CHECKPOINT_FILE) or \
                 name.endswith((".npy", ".h5")) or ".tmp-" in name:

@@ -105,7 +105,6 @@ KNOWN_PARSER_BUGS = ("library bug: parse_description lets ValueError, OverflowEr
                      "(see the examples)")
 
 
-@pytest.mark.xfail(strict=True, reason=KNOWN_PARSER_BUGS)
 @FUZZ
 @given(mutations=st.lists(_mutation, min_size=1, max_size=4))
 @example(mutations=[("seed_entropy", False, "\u00b2")])  # isdigit() but not int()-able
@@ -116,7 +115,6 @@ def test_parse_description_mutated_valid_description(valid_description, mutation
     _parse(json.dumps(_mutate(valid_description, mutations)).encode())
 
 
-@pytest.mark.xfail(strict=True, reason=KNOWN_PARSER_BUGS)
 @FUZZ
 @given(anchor=st.sampled_from([b"", b'"<f4"', b'"max_size"', b'"fields"']), pos=st.integers(0, 10_000),
        junk=st.binary(min_size=1, max_size=8), op=st.sampled_from(["cut", "replace", "insert"]))
@@ -306,8 +304,6 @@ def test_open_with_fuzzed_counters(open_dir, page, mode):
         _restore(directory, originals)
 
 
-@pytest.mark.xfail(strict=True, reason="library bug: a checkpoint slot whose checksums hold but whose "
-                   "counters are out of range (seen or draws >= 2**63) makes recovery raise OverflowError")
 @FUZZ_OPEN
 @given(values=st.lists(uint64s | st.integers(0, 40), min_size=8, max_size=8),
        mode=st.sampled_from(["r", "r+"]))

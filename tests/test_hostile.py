@@ -255,8 +255,6 @@ def test_create_refuses_a_directory_of_other_things(tmp_path, contents):
         DiskReplay.open(d)
 
 
-@pytest.mark.xfail(strict=True, reason="library bug: create(overwrite=True) takes a directory holding a foreign "
-                   "store.json and .npy files for a store and deletes them")
 def test_create_overwrite_keeps_a_foreign_store_json_and_npy_files(tmp_path):
     d = tmp_path / "d"
     d.mkdir()
@@ -439,8 +437,6 @@ def _same(a, b) -> bool:
 from hostile_common import snapshot  # noqa: E402
 
 
-@pytest.mark.xfail(strict=True, reason="library bug: get([]) on a store created without fields "
-                   "(before its first add) raises AttributeError ('NoneType' has no 'arrays')")
 def test_get_nothing_from_a_store_without_fields(tmp_path):
     with DiskReplay.create(tmp_path / "s", 5) as buf:
         try:
@@ -605,9 +601,6 @@ def test_every_error_is_a_diskreplay_error():
 
 # ====================================================================== after a recovery
 
-@pytest.mark.xfail(strict=True, reason="library bug: recovery (Counters.commit_state/claim) rewrites the "
-                   "counters but not the magic and version words, so the recovered meta.bin stays invalid: "
-                   "readers keep failing and every writer open rolls back to the last flush again")
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("how", ["bad-magic", "newer-record-version", "garbage"])
 def test_a_recovered_store_is_sound_afterwards(tmp_path, backend, how):

@@ -63,6 +63,10 @@ class HDF5Backend(Backend):
         finally:
             f.close()
         size = os.stat(path).st_size
+        hdf5_size = _superblock_eof(path)
+        if hdf5_size is not None and size > hdf5_size:
+            raise CorruptStoreError(
+                f"{path} is {size} bytes, expected {hdf5_size} bytes: the file is longer than HDF5 wrote it")
         for name, spec in fields.items():
             end = offsets[name] + spec.row_bytes * max_size
             if end > size:
@@ -83,6 +87,24 @@ class HDF5Backend(Backend):
             mapped.advise_random()
         locations = {name: (mapped.fd, offsets[name], spec.row_bytes) for name, spec in fields.items()}
         return RowStorage([mapped], arrays, locations)
+
+
+def _superblock_eof(path: str) -> int | None:
+    """End-of-file address the HDF5 superblock records (None when the layout is not one we parse)."""
+    with open(path, "rb") as f:
+        head = f.read(64)
+    if len(head) < 56 or head[:8] != b"\x89HDF\r\n\x1a\n":
+        return None
+    version = head[8]
+    if version in (0, 1):
+        if head[13] != 8:  # size of offsets
+            return None
+        return int.from_bytes(head[40 + 4 * version: 48 + 4 * version], "little")
+    if version in (2, 3):
+        if head[9] != 8:
+            return None
+        return int.from_bytes(head[28:36], "little")
+    return None
 
 
 def _create_contiguous(h5py, f, name, shape, dtype) -> None:
