@@ -40,10 +40,12 @@ from .fsutil import check_free_space, fsync_dir, io_error
 from .lock import LOCK_FILE, WriterLock, writer_alive
 from .npyfile import create_npy, open_npy
 from .recovery import check_reserve_covers, decide_state, reserve_indices, restore_rows
+from .rowreader import RowReader
 from .rowsums import ROWSUMS_FILE, set_sums_for, torn_slots, update_sums
 from .schema import CORE_FIELDS, FieldSpec, coerce, infer_fields, normalize_fields
 
 CREATING_MARKER = "CREATING"
+LARGE_ROW_BYTES = 16 << 10  # states rows from this size on are read by parallel preads
 NS_FILE = "ns_buffer.npy"
 DEFAULT_RESERVE_BYTES = 16 << 20
 _RETRIES = 200
@@ -205,6 +207,7 @@ class DiskReplay:
         self.recovery_note: str | None = None
         self._ns_override = None
         self._alive, self._alive_at = False, -1.0
+        self._row_reader = None
         try:
             self._open()
         except BaseException:
@@ -665,6 +668,8 @@ class DiskReplay:
         arrays = self._storage.arrays
         states = arrays["states"]
         ns_slots, in_buffer, buffer_idx = ring.next_state_sources(idxs, head, self.max_size, self.num_envs)
+        if self._fields["states"].row_bytes >= LARGE_ROW_BYTES:
+            return self._gather_large(idxs, ns_slots, in_buffer, buffer_idx, ns_rows)
         next_states = states.take(ns_slots, axis=0)
         if in_buffer.any():
             next_states[in_buffer] = ns_rows.take(buffer_idx[in_buffer], axis=0)
@@ -675,6 +680,29 @@ class DiskReplay:
                  "dones": arrays["dones"].take(idxs, axis=0)}
         for name in self._extra_names:
             batch[name] = arrays[name].take(idxs, axis=0)
+        return batch
+
+    def _gather_large(self, idxs, ns_slots, in_buffer, buffer_idx, ns_rows) -> dict:
+        """Large rows (frames): states and next states by parallel positioned reads of whole
+        rows, small fields gathered concurrently, so rows not in RAM are read many at a time."""
+        if self._row_reader is None:
+            self._row_reader = RowReader()
+        reader = self._row_reader
+        arrays = self._storage.arrays
+        small = [name for name in self._fields if name != "states"]
+        pending = [(name, reader.submit(arrays[name].take, idxs, 0)) for name in small]
+        spec = self._fields["states"]
+        fd, offset, row_bytes = self._storage.locations["states"]
+        rows = np.empty((2 * len(idxs),) + spec.shape, spec.dtype)
+        reader.gather(fd, offset, row_bytes, np.concatenate([idxs, ns_slots]), rows)
+        next_states = rows[len(idxs):]
+        if in_buffer.any():
+            next_states[in_buffer] = ns_rows.take(buffer_idx[in_buffer], axis=0)
+        got = {name: future.result() for name, future in pending}
+        batch = {"states": rows[: len(idxs)], "actions": got["actions"], "rewards": got["rewards"],
+                 "next_states": next_states, "dones": got["dones"]}
+        for name in self._extra_names:
+            batch[name] = got[name]
         return batch
 
     def _gather_consistent(self, idxs: np.ndarray) -> dict:
@@ -775,6 +803,9 @@ class DiskReplay:
 
     def _release_all(self) -> None:
         self._writable = False
+        if self._row_reader is not None:
+            self._row_reader.close()
+            self._row_reader = None
         self.__dict__.pop("add", None)
         self._arr = []
         self._words = None

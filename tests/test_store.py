@@ -521,3 +521,26 @@ def test_row_checksums_detect_a_damaged_row(tmp_path, backend):
     with DiskReplay.open(tmp_path / "s", mode="r") as ro:
         checked, bad = ro.verify_rows()
         assert checked == 10 and bad == [5]
+
+
+def test_large_rows_take_the_parallel_read_path(tmp_path, backend):
+    """Frames of 16 KiB and more are gathered by positioned reads; contents must not change."""
+    shape = (4, 64, 64)
+    fields = cartpole_fields(shape, "uint8")
+    model = ReplayModel(7, 2)
+    for mode in ("r+", "r"):
+        path = tmp_path / mode
+        with DiskReplay.create(path, 7, num_envs=2, backend=backend, fields=fields, seed=2) as buf:
+            for k in range(6):
+                values = step_values(1 + 2 * k, 2, shape, np.uint8)
+                values = (values[0], values[1], values[2], values[3].astype(np.uint8), values[4])
+                buf.add(*values)
+                if mode == "r+":
+                    model.add(*values)
+            reader = buf if mode == "r+" else DiskReplay.open(path, mode="r")
+            batch = reader.sample(50)
+            want = model.get(reader.batch_idxs)
+            for key in want:
+                np.testing.assert_array_equal(batch[key], want[key], err_msg=key)
+            if reader is not buf:
+                reader.close()

@@ -83,8 +83,7 @@ class HDF5Backend(Backend):
         except BaseException:
             mapped.close()
             raise
-        if any(spec.row_bytes >= 4096 for spec in fields.values()):
-            mapped.advise_random()
+        mapped.advise_random()
         locations = {name: (mapped.fd, offsets[name], spec.row_bytes) for name, spec in fields.items()}
         return RowStorage([mapped], arrays, locations)
 

@@ -29,8 +29,7 @@ class MemmapBackend(Backend):
                 files.append(mapped)
                 arrays[name] = arr
                 locations[name] = (mapped.fd, offset, spec.row_bytes)
-                if spec.row_bytes >= 4096:
-                    mapped.advise_random()
+                mapped.advise_random()
         except BaseException:
             arrays.clear()
             for f in files:
