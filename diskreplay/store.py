@@ -19,6 +19,7 @@ import numbers
 import os
 import secrets
 import shutil
+import threading
 import time
 import warnings
 from typing import Callable
@@ -45,7 +46,9 @@ from .rowsums import ROWSUMS_FILE, set_sums_for, torn_slots, update_sums
 from .schema import CORE_FIELDS, FieldSpec, coerce, infer_fields, normalize_fields
 
 CREATING_MARKER = "CREATING"
-LARGE_ROW_BYTES = 16 << 10  # states rows from this size on are read by parallel preads
+LARGE_ROW_BYTES = 16 << 10  # states rows from this size on may be read by parallel preads
+COLD_ROW_SECONDS = 50e-6  # a mapped gather slower than this per row means the rows were on disk
+COLD_PROBE_EVERY = 256  # batches between probes of the mapped path while reading cold
 NS_FILE = "ns_buffer.npy"
 DEFAULT_RESERVE_BYTES = 16 << 20
 _RETRIES = 200
@@ -208,6 +211,7 @@ class DiskReplay:
         self._ns_override = None
         self._alive, self._alive_at = False, -1.0
         self._row_reader = None
+        self._cold_reads, self._since_probe = False, 0
         try:
             self._open()
         except BaseException:
@@ -640,6 +644,42 @@ class DiskReplay:
             return self._gather_consistent(idxs)
         return self._gather(idxs, head, self._current_ns())
 
+    def batches(self, batch_size: int | None = None, *, prefetch: int = 2, count: int | None = None):
+        """An iterator of ``sample(batch_size)`` batches prepared ``prefetch`` ahead in a
+        background thread (``count`` batches, or until closed). Deterministic for a seeded
+        store; use it as a context manager or call ``close()``. While it runs, ``add`` and
+        sampling take a lock, so a batch never mixes rows with a concurrent add. Batches
+        prepared but not taken still advanced the sampler."""
+        from .prefetch import Prefetcher
+
+        self._check_open()
+        lock = threading.Lock()
+        plain_add = self.add
+
+        def locked_add(*args, **kwargs):
+            with lock:
+                return plain_add(*args, **kwargs)
+
+        def locked_sample():
+            with lock:
+                return self.sample(batch_size)
+
+        had_fast_add = "add" in self.__dict__
+        self.add = locked_add
+        prefetcher = Prefetcher(locked_sample, prefetch=prefetch, count=count)
+        stop_thread = prefetcher.close
+
+        def close():
+            stop_thread()
+            if self.__dict__.get("add") is locked_add:
+                if had_fast_add:
+                    self.add = plain_add
+                else:
+                    del self.add  # the class's method again
+
+        prefetcher.close = close
+        return prefetcher
+
     def get(self, idxs) -> dict:
         """The transitions at the given slot indices, as ``sample`` returns them."""
         self._check_open()
@@ -665,18 +705,37 @@ class DiskReplay:
 
     def _gather(self, idxs: np.ndarray, head: int, ns_rows: np.ndarray) -> dict:
         """Rows at ``idxs`` plus their next states; reads only those rows."""
-        arrays = self._storage.arrays
-        states = arrays["states"]
         ns_slots, in_buffer, buffer_idx = ring.next_state_sources(idxs, head, self.max_size, self.num_envs)
         if self._fields["states"].row_bytes >= LARGE_ROW_BYTES:
-            return self._gather_large(idxs, ns_slots, in_buffer, buffer_idx, ns_rows)
+            return self._gather_adaptive(idxs, ns_slots, in_buffer, buffer_idx, ns_rows, head)
+        return self._gather_mapped(idxs, ns_slots, in_buffer, buffer_idx, ns_rows)
+
+    def _gather_adaptive(self, idxs, ns_slots, in_buffer, buffer_idx, ns_rows, head) -> dict:
+        """Large rows: page-fault through the maps while rows are in RAM (cheapest), switch to
+        parallel positioned reads once a batch shows they are not, and probe the maps again
+        now and then. The switch is decided by the time per row of the last batch."""
+        self._since_probe += 1
+        use_reads = self._cold_reads and self._since_probe < COLD_PROBE_EVERY
+        start = time.perf_counter()
+        if use_reads:
+            batch = self._gather_large(idxs, ns_slots, in_buffer, buffer_idx, ns_rows)
+        else:
+            batch = self._gather_mapped(idxs, ns_slots, in_buffer, buffer_idx, ns_rows)
+        per_row = (time.perf_counter() - start) / max(1, 2 * len(idxs))
+        if not use_reads:
+            self._cold_reads = per_row > COLD_ROW_SECONDS
+            self._since_probe = 0
+        return batch
+
+    def _gather_mapped(self, idxs, ns_slots, in_buffer, buffer_idx, ns_rows) -> dict:
+        """Gather through the memory maps (``take`` copies only the rows asked for)."""
+        arrays = self._storage.arrays
+        states = arrays["states"]
         next_states = states.take(ns_slots, axis=0)
         if in_buffer.any():
             next_states[in_buffer] = ns_rows.take(buffer_idx[in_buffer], axis=0)
-        batch = {"states": states.take(idxs, axis=0),
-                 "actions": arrays["actions"].take(idxs, axis=0),
-                 "rewards": arrays["rewards"].take(idxs, axis=0),
-                 "next_states": next_states,
+        batch = {"states": states.take(idxs, axis=0), "actions": arrays["actions"].take(idxs, axis=0),
+                 "rewards": arrays["rewards"].take(idxs, axis=0), "next_states": next_states,
                  "dones": arrays["dones"].take(idxs, axis=0)}
         for name in self._extra_names:
             batch[name] = arrays[name].take(idxs, axis=0)

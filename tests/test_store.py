@@ -538,9 +538,36 @@ def test_large_rows_take_the_parallel_read_path(tmp_path, backend):
                 if mode == "r+":
                     model.add(*values)
             reader = buf if mode == "r+" else DiskReplay.open(path, mode="r")
-            batch = reader.sample(50)
-            want = model.get(reader.batch_idxs)
-            for key in want:
-                np.testing.assert_array_equal(batch[key], want[key], err_msg=key)
+            for cold in (False, True):
+                reader._cold_reads = cold  # the mapped path, then the parallel-read path
+                batch = reader.sample(50)
+                want = model.get(reader.batch_idxs)
+                for key in want:
+                    np.testing.assert_array_equal(batch[key], want[key], err_msg=key)
             if reader is not buf:
                 reader.close()
+
+
+def test_prefetched_batches_equal_direct_sampling(tmp_path, backend):
+    def build(name):
+        buf = DiskReplay.create(tmp_path / name, 30, backend=backend, seed=9)
+        fill(buf, 40)
+        return buf
+
+    direct = build("a")
+    expected = [direct.sample(8) for _ in range(5)]
+    direct.close()
+    buf = build("b")
+    with buf.batches(8, prefetch=2, count=5) as it:
+        got = list(it)
+    assert len(got) == 5
+    for g, e in zip(got, expected):
+        for key in e:
+            np.testing.assert_array_equal(g[key], e[key])
+    fill(buf, 2, start=41)  # add works again after the prefetcher is closed
+    it = buf.batches(4)
+    next(it)
+    buf.add(*step_values(43))  # concurrent add, under the lock
+    it.close()
+    assert buf.seen_size == 43
+    buf.close()
