@@ -1,0 +1,75 @@
+"""Child process of the crash tests: writes self-describing transitions until killed.
+
+    python tests/crash_child.py STORE --acks FILE [--create --backend memmap --num-envs 1
+        --max-size 37] [--flush-prob 0.02] [--seed 0] [--duration SECONDS] [--hold]
+
+Opens (or with ``--create`` creates, when absent) the store at STORE for writing, then
+appends ``ready <seen_size>`` to FILE and, after every ``add`` that returned, a line
+``<seen_size>``. The acknowledgement is written with one ``os.write`` on an ``O_APPEND``
+descriptor, so a kill leaves at most one partial last line, which readers ignore.
+Transitions follow ``crash_common.step_args``; the child continues from the store's
+``seen_size``, flushes with probability ``--flush-prob`` after an add and now and then
+samples (to move the sampler). ``--duration`` stops after that many seconds and closes
+the store cleanly (``done <seen_size>``); ``--hold`` only holds the writer lock.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from crash_common import add_step, crash_fields  # noqa: E402
+
+from diskreplay import DiskReplay  # noqa: E402
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser()
+    p.add_argument("store")
+    p.add_argument("--acks", required=True)
+    p.add_argument("--create", action="store_true")
+    p.add_argument("--backend", default="memmap")
+    p.add_argument("--num-envs", type=int, default=1)
+    p.add_argument("--max-size", type=int, default=37)
+    p.add_argument("--flush-prob", type=float, default=0.02)
+    p.add_argument("--sample-prob", type=float, default=0.05)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--duration", type=float, default=None)
+    p.add_argument("--hold", action="store_true")
+    args = p.parse_args(argv)
+
+    if args.create and not os.path.exists(args.store):
+        buf = DiskReplay.create(args.store, args.max_size, num_envs=args.num_envs, backend=args.backend,
+                                batch_size=4, seed=args.seed, fields=crash_fields())
+    else:
+        buf = DiskReplay.open(args.store, mode="r+")
+    fd = os.open(args.acks, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    seen = buf.seen_size
+    os.write(fd, b"ready %d\n" % seen)
+    if args.hold:
+        while True:
+            time.sleep(1)
+    rng = random.Random(args.seed)
+    n = buf.num_envs
+    stop_at = None if args.duration is None else time.monotonic() + args.duration
+    while stop_at is None or time.monotonic() < stop_at:
+        add_step(buf, seen + 1)
+        seen += n
+        os.write(fd, b"%d\n" % seen)
+        x = rng.random()
+        if x < args.flush_prob:
+            buf.flush()
+        elif x < args.flush_prob + args.sample_prob and buf.size:
+            buf.sample()
+    buf.close()
+    os.write(fd, b"done %d\n" % seen)
+    os.close(fd)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
