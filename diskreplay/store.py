@@ -49,6 +49,7 @@ CREATING_MARKER = "CREATING"
 LARGE_ROW_BYTES = 16 << 10  # states rows from this size on may be read by parallel preads
 COLD_ROW_SECONDS = 50e-6  # a mapped gather slower than this per row means the rows were on disk
 COLD_PROBE_EVERY = 256  # batches between probes of the mapped path while reading cold
+WARM_READ_SECONDS = 8e-6  # positioned reads faster than this per row were served from RAM
 NS_FILE = "ns_buffer.npy"
 DEFAULT_RESERVE_BYTES = 16 << 20
 _RETRIES = 200
@@ -725,6 +726,8 @@ class DiskReplay:
         if not use_reads:
             self._cold_reads = per_row > COLD_ROW_SECONDS
             self._since_probe = 0
+        elif per_row < WARM_READ_SECONDS:
+            self._since_probe = COLD_PROBE_EVERY  # reads this fast come from RAM: probe the maps next
         return batch
 
     def _gather_mapped(self, idxs, ns_slots, in_buffer, buffer_idx, ns_rows) -> dict:
