@@ -88,8 +88,8 @@ def parse_description(raw: bytes, path: str = DESCRIPTION_FILE) -> dict:
             out["fields"] = fields_from_json(d["fields"])
         except InvalidArgumentError as exc:
             raise CorruptStoreError(f"{path}: fields are invalid: {exc}") from exc
-        need("reserve_rows", lambda v: _is_int(v) and num_envs <= v <= max_size + num_envs,
-             f"an integer in [{num_envs}, {max_size + num_envs}]")
+        need("reserve_rows", lambda v: _is_int(v) and num_envs <= v <= max_size,
+             f"an integer in [{num_envs}, {max_size}]")
     out["seed_entropy"] = int(d["seed_entropy"])
     return out
 

@@ -114,7 +114,9 @@ def reserve_rows_for(fields, num_envs: int, max_size: int, flush_every: int | No
     rows = DEFAULT_RESERVE_BYTES // max(row_bytes, 1)
     if flush_every is not None:
         rows = flush_every * num_envs
-    return int(min(max(rows, num_envs), max_size + num_envs))
+    # Never more than max_size: a reserve row stands for the slot's content at the flush,
+    # and a slot written twice after a flush would need two different undo rows.
+    return int(min(max(rows, num_envs), max_size))
 
 
 class DiskReplay:
@@ -158,6 +160,7 @@ class DiskReplay:
         path = os.fspath(path)
         directory = os.path.abspath(path)
         made_dir = _prepare_directory(directory, overwrite)
+        lock_existed = os.path.exists(os.path.join(directory, LOCK_FILE))
         try:
             lock = WriterLock(directory)
         except BaseException:
@@ -183,6 +186,8 @@ class DiskReplay:
             lock.release()
             if made_dir:
                 shutil.rmtree(directory, ignore_errors=True)
+            elif not lock_existed:
+                _unlink(os.path.join(directory, LOCK_FILE))
             raise
         return cls(path, "r+", _lock=lock)
 

@@ -138,8 +138,6 @@ def test_disk_full_at_create(small_tmpfs, backend):
         assert store_problems(buf, min_seen=seen, max_seen=seen) == []
 
 
-@pytest.mark.xfail(strict=True, reason="library bug: a create refused for lack of space in an existing "
-                   "empty directory leaves the 'lock' file behind")
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_disk_full_at_create_in_existing_dir_leaves_it_empty(small_tmpfs, backend):
     existing = os.path.join(small_tmpfs, "existing")

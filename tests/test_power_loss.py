@@ -36,7 +36,7 @@ from diskreplay.errors import RecoveryWarning  # noqa: E402
 
 PAGE = 4096
 IMAGES_PER_CRASH = 4
-CRASH_POINTS = 30  # per case: 8 cases x 30 x 4 = 960 images (720 outside the xfail cases)
+CRASH_POINTS = 30  # per case: 8 cases x 30 x 4 = 960 images
 
 
 def _read_files(directory: str) -> dict:
@@ -181,14 +181,9 @@ def check_images(rec: PowerLossRecorder, tmp_path, rng: random.Random, monkeypat
     return images, violations
 
 
-BUG_WRAPPED_RESERVE = pytest.mark.xfail(
-    strict=True, reason="library bug: an undo reserve of more than max_size rows (the default for small "
-    "rings, max_size + num_envs) is cut short when it wraps: _write_checkpoint clips arr[:count - (end - start)] "
-    "at max_size, so the checkpoint covers fewer rows than adds may overwrite and recovery raises CorruptStoreError")
-
 
 @pytest.mark.parametrize("num_envs, flush_every", [
-    (1, None), (1, 5), pytest.param(4, None, marks=BUG_WRAPPED_RESERVE), (4, 5)])
+    (1, None), (1, 5), (4, None), (4, 5)])
 @pytest.mark.parametrize("backend", ["memmap", "hdf5"])
 def test_power_loss_images_keep_every_flushed_transition(tmp_path, monkeypatch, backend, num_envs, flush_every):
     rng = random.Random(17 + num_envs + 100 * (backend == "hdf5") + (flush_every or 0))
@@ -213,8 +208,6 @@ def test_power_loss_check_has_teeth(tmp_path, monkeypatch, backend):
     assert violations, "removing the data-before-checkpoint barrier went unnoticed"
 
 
-@pytest.mark.xfail(strict=True, reason="library bug: a power cut before the first flush() leaves a store "
-                   "whose undo reserve exceeds max_size unopenable (CorruptStoreError from check_reserve_covers)")
 @pytest.mark.parametrize("backend", ["memmap", "hdf5"])
 def test_power_loss_before_the_first_flush(tmp_path, monkeypatch, backend):
     """A power cut before any flush must reopen to the empty store the creation made durable."""
