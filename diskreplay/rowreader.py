@@ -1,8 +1,19 @@
 """Gathering whole rows with parallel positioned reads, for data that is not in RAM.
 
-Page-faulting a memory map reads one page at a time per thread (plus read-ahead); a
-pool of threads doing ``os.preadv`` into the rows of the output keeps many reads in
-flight (the GIL is released during each read) and reads exactly the rows asked for.
+Page-faulting a memory map reads one page at a time per thread (plus read-ahead, up to
+megabytes on a virtual disk); a small pool of threads doing ``os.preadv`` straight into
+the rows of the output keeps many reads in flight (the GIL is released during each
+read) and reads exactly the pages of the rows asked for::
+
+    reader = RowReader(threads=16)
+    out = np.empty((len(idxs),) + row_shape, dtype)
+    reader.gather(fd, data_offset, row_bytes, idxs, out)       # one field
+    reader.gather_many([(fd, off, rb, idxs, out), ...])          # several fields, one pass
+
+``gather_many`` puts the reads of every field into one queue, so a batch's frames and
+its small fields (actions, rewards, dones: one page each) are all in flight together.
+Workers pull the next read from a shared queue (sorted by file and offset), so a slow
+read never holds up a fixed share of the batch.
 """
 from __future__ import annotations
 
@@ -11,42 +22,132 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
+__all__ = ["RowReader"]
+
 
 class RowReader:
-    """A small thread pool reading rows of fixed size from files."""
+    """A small thread pool reading rows of fixed size from files by ``os.preadv``.
 
-    def __init__(self, threads: int = 16):
-        self.threads = threads
-        self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="diskreplay-read")
-        self._advised: set[int] = set()
+    ``fd`` must be open for reading; the reader advises the kernel that access is
+    random (``POSIX_FADV_RANDOM``: no read-ahead beyond the rows asked). Thread-safe
+    for concurrent ``gather`` calls. ``close()`` (or ``with``) stops the threads.
+    """
 
-    def gather(self, fd: int, offset: int, row_bytes: int, idxs: np.ndarray, out: np.ndarray) -> np.ndarray:
-        """Read rows ``idxs`` of the file (rows of ``row_bytes`` from ``offset``) into ``out``."""
-        if fd not in self._advised:
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)  # no read-ahead: rows are random
-            self._advised.add(fd)
-        flat = out.reshape(len(idxs), -1).view(np.uint8)
-        positions = (np.asarray(idxs, np.int64) * row_bytes + offset).tolist()
-        order = sorted(range(len(positions)), key=positions.__getitem__)  # sorted reads for locality
-        chunks = [order[i::self.threads] for i in range(min(self.threads, len(order)))]
-        futures = [self._pool.submit(_read_rows, fd, positions, chunk, flat, row_bytes) for chunk in chunks]
-        for future in futures:
-            future.result()
+    def __init__(self, threads: int = 16, *, nowait: bool = True, hint: bool = True, miss_limit: int = 4):
+        if int(threads) < 1:
+            raise ValueError(f"threads must be >= 1, got {threads!r}")
+        self.threads = int(threads)
+        self._nowait_flag = getattr(os, "RWF_NOWAIT", None)
+        self.nowait = bool(nowait) and self._nowait_flag is not None
+        self.hint = bool(hint)
+        self.miss_limit = max(1, int(miss_limit))
+        self._pool = ThreadPoolExecutor(max_workers=self.threads, thread_name_prefix="diskreplay-read")
+
+    # ------------------------------------------------------------------ reading
+    def gather(self, fd: int, offset: int, row_bytes: int, idxs, out: np.ndarray) -> np.ndarray:
+        """Read rows ``idxs`` (rows of ``row_bytes`` bytes starting at byte ``offset`` of
+        ``fd``) into ``out``, a C-contiguous array of ``len(idxs)`` rows; returns ``out``.
+        Indices may repeat and come in any order; ``out[k]`` is row ``idxs[k]``."""
+        self.gather_many([(fd, offset, row_bytes, idxs, out)])
         return out
 
+    def gather_many(self, requests) -> list:
+        """``gather`` for several ``(fd, offset, row_bytes, idxs, out)`` at once, all reads
+        in flight together; returns the ``out`` arrays in order."""
+        jobs = []
+        outs = []
+        for fd, offset, row_bytes, idxs, out in requests:
+            outs.append(out)
+            idxs = np.asarray(idxs, dtype=np.int64).reshape(-1)
+            row_bytes, offset = int(row_bytes), int(offset)
+            if not (isinstance(out, np.ndarray) and out.flags.c_contiguous and out.flags.writeable):
+                raise ValueError("out must be a writeable C-contiguous ndarray")
+            if out.nbytes != len(idxs) * row_bytes or (len(idxs) and out.shape[0] != len(idxs)):
+                raise ValueError(f"out holds {out.nbytes} bytes in {out.shape[:1]} rows; "
+                                 f"expected {len(idxs)} rows of {row_bytes} bytes")
+            if not len(idxs):
+                continue
+            if idxs.min() < 0:
+                raise ValueError(f"negative row index {int(idxs.min())}")
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)  # cheap; fds get reused, so every time
+            flat = out.reshape(-1).view(np.uint8).reshape(len(idxs), row_bytes)
+            positions = (idxs * row_bytes + offset).tolist()
+            jobs.extend([fd, pos, flat, k, row_bytes, 0] for k, pos in enumerate(positions))
+        if not jobs:
+            return outs
+        jobs.sort(key=_job_key)  # ascending offsets per file: locality for the disk's queue
+        if self.nowait:
+            jobs = self._read_cached(jobs)
+            if not jobs:
+                return outs
+        if self.hint and len(jobs) > 1:
+            fadvise, willneed = os.posix_fadvise, os.POSIX_FADV_WILLNEED
+            for fd, pos, _, _, row_bytes, got in jobs:  # starts every read now: the queue fills at once
+                fadvise(fd, pos + got, row_bytes - got, willneed)
+        if len(jobs) == 1 or self.threads == 1:
+            _work(iter(jobs))
+            return outs
+        shared = iter(jobs)  # next() on a list iterator is atomic under the GIL
+        futures = [self._pool.submit(_work, shared) for _ in range(min(self.threads, len(jobs)))]
+        error = None
+        for future in futures:
+            exc = future.exception()
+            error = error or exc
+        if error is not None:
+            raise error
+        return outs
+
+    def _read_cached(self, jobs) -> list:
+        """Read rows the page cache holds in this thread (``RWF_NOWAIT``: no thread hand-off,
+        no waiting); return the jobs left for the pool. Gives up after a few misses in a row:
+        a cold batch goes to the pool without delay."""
+        preadv, flag = os.preadv, self._nowait_flag
+        left = []
+        misses = 0
+        for i, job in enumerate(jobs):
+            fd, pos, flat, k, row_bytes, _ = job
+            try:
+                got = preadv(fd, [memoryview(flat[k])], pos, flag)
+            except BlockingIOError:
+                got = 0
+            except OSError:  # RWF_NOWAIT not supported here: plain reads from now on
+                self.nowait = False
+                return left + jobs[i:]
+            if got < row_bytes:
+                job[5] = max(got, 0)
+                left.append(job)
+                misses += 1
+                if misses >= self.miss_limit:
+                    return left + jobs[i + 1:]
+            else:
+                misses = 0
+        return left
+
+    # ------------------------------------------------------------------ pool access
     def submit(self, fn, *args):
+        """Run ``fn(*args)`` on the reader's pool (a ``concurrent.futures.Future``)."""
         return self._pool.submit(fn, *args)
 
     def close(self) -> None:
         self._pool.shutdown(wait=True)
 
+    def __enter__(self) -> "RowReader":
+        return self
 
-def _read_rows(fd, positions, chunk, flat, row_bytes) -> None:
-    for i in chunk:
-        view = memoryview(flat[i])
-        got = os.preadv(fd, [view], positions[i])
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _job_key(job):
+    return job[0], job[1]
+
+
+def _work(jobs) -> None:
+    preadv = os.preadv
+    for fd, pos, flat, k, row_bytes, got in jobs:
+        view = memoryview(flat[k])
         while got < row_bytes:  # short reads are legal; finish the row
-            n = os.preadv(fd, [view[got:]], positions[i] + got)
+            n = preadv(fd, [view[got:]], pos + got)
             if n <= 0:
-                raise OSError(f"short read at offset {positions[i] + got}")
+                raise OSError(f"short read: row at byte {pos} of fd {fd} ends past the end of the file")
             got += n
