@@ -1,20 +1,37 @@
-"""Benchmarks of diskreplay against baselines measured in the same run.
+"""Benchmarks of diskreplay against baselines measured in the same run (DESIGN.md, Performance).
 
-    .venv/bin/python scripts/bench.py                 # full run (W1-W4, a few minutes)
-    .venv/bin/python scripts/bench.py --quick --json out.json
+    .venv/bin/python scripts/bench.py --json bench.json        # full run, about 10 minutes
+    .venv/bin/python scripts/bench.py --quick --json out.json  # tiny sizes, seconds (the test suite)
+    .venv/bin/python scripts/bench.py --workloads W1,W2 --repeats 5
 
-Workloads (DESIGN.md): W1 cartpole single adds and sampling at b=32/256; W2 16-env adds;
-W3 atari (4x84x84 uint8, 8 envs) adds and warm sampling; W4 the W3 store sampled cold.
-Systems: diskreplay (memmap, hdf5), the seed's in-RAM design (scripts/seed_replay.py),
-plain numpy arrays in RAM (the limit), plain np.memmap files with fancy indexing, and
-h5py fancy indexing on a chunked dataset (sampling only).
+Workloads (DESIGN.md): W1 cartpole single adds, then sampling at b=32/256; W2 16-env adds;
+W3 atari (4x84x84 uint8, 8 envs) adds, reopen and warm sampling; W4 the W3 stores sampled
+cold (each system's own store from W3, built if missing).
 
-Every (workload, system) runs in its own process, ``--repeats`` times; the table gives the
-median and the spread (min-max). Warm-up, the same for every system: storage is
-preallocated and written over once before the timed adds (first-touch page faults are not
-timed), and 200 untimed sample calls precede the timed ones. Ratios are against the seed
-port and numpy-in-RAM from the same run. RssAnon is the process's peak anonymous memory
-(VmHWM is not split by kind, so it is sampled at the end of each phase).
+Systems: diskreplay on both backends; the seed's in-RAM design (scripts/seed_replay.py);
+plain preallocated numpy arrays in RAM, next states stored (the limit); plain np.memmap
+files with naive fancy indexing; h5py fancy indexing on chunked datasets (sorted unique
+indices, then reordered; sampling only, its adds are written in blocks and not timed).
+W4 adds "diskreplay-<backend>+pread" (every field gathered by one RowReader.gather_many,
+the cold path recommended for the store) and "np.memmap+random" (MADV_RANDOM mappings).
+
+Method: every (workload, system, repeat) is its own process; repeats go round-robin over
+the systems, so a burst of load from elsewhere spreads over all of them. Reported: the
+median over repeats and the spread (min-max). Warm-up, the same for every system:
+  * storage is preallocated and every page is written once (zeros) before any add, so no
+    first-touch page fault is timed (the seed port has nothing to preallocate: allocating
+    a fresh float16 array per add is its design);
+  * the first 10% of a workload's adds are untimed, the rate is over the other 90%;
+  * sampling: a fixed number of untimed calls (200; 20 in --quick) before the timed ones.
+W4, before every timed batch: madvise(MADV_DONTNEED) on all of the process's mappings of
+the store, os.sync() once after building, then posix_fadvise(POSIX_FADV_DONTNEED) on
+every file of the store; mincore (libc via ctypes, on a fresh mapping) then checks that
+no page of any store file is resident, except meta.bin (the store's one-page counter
+record, written by every sample()). Bytes read per batch are /proc/self/io read_bytes.
+W4 also runs a training loop with a simulated compute step (time.sleep) with and without
+diskreplay.prefetch.Prefetcher (the drop of the page cache is part of each sample call).
+RssAnon (from /proc/self/status) is sampled at the end of every phase; the maximum is
+reported. Ratios divide a system's median by a baseline's median from the same run.
 """
 from __future__ import annotations
 
@@ -36,27 +53,30 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 FULL = {
-    "W1": dict(state=(4,), dtype="float32", max_size=1_000_000, num_envs=1, steps=200_000, batches=(32, 256),
-               sample_calls=5000),
-    "W2": dict(state=(4,), dtype="float32", max_size=1_000_000, num_envs=16, steps=50_000, batches=(),
-               sample_calls=0),
-    "W3": dict(state=(4, 84, 84), dtype="uint8", max_size=100_000, num_envs=8, steps=12_500, batches=(32,),
-               sample_calls=1000),
-    "W4": dict(state=(4, 84, 84), dtype="uint8", max_size=100_000, num_envs=8, steps=12_500, batches=(32,),
-               sample_calls=100),
+    "W1": dict(state=[4], dtype="float32", max_size=1_000_000, num_envs=1, steps=200_000, batches=[32, 256],
+               sample_calls=5000, sample_warmup=200),
+    "W2": dict(state=[4], dtype="float32", max_size=1_000_000, num_envs=16, steps=50_000, batches=[],
+               sample_calls=0, sample_warmup=0),
+    "W3": dict(state=[4, 84, 84], dtype="uint8", max_size=100_000, num_envs=8, steps=12_500, batches=[32],
+               sample_calls=2000, sample_warmup=200),
+    "W4": dict(state=[4, 84, 84], dtype="uint8", max_size=100_000, num_envs=8, steps=12_500, batches=[32],
+               sample_calls=100, sample_warmup=3, loop_batches=60, compute_ms=4.0, prefetch=2),
 }
 QUICK = {
-    "W1": dict(FULL["W1"], max_size=20_000, steps=5_000, sample_calls=200),
+    "W1": dict(FULL["W1"], max_size=20_000, steps=5_000, sample_calls=300, sample_warmup=20),
     "W2": dict(FULL["W2"], max_size=20_000, steps=500),
-    "W3": dict(FULL["W3"], max_size=2_000, steps=250, sample_calls=50),
-    "W4": dict(FULL["W4"], max_size=2_000, steps=250, sample_calls=10),
+    "W3": dict(FULL["W3"], max_size=2_000, steps=250, sample_calls=50, sample_warmup=20),
+    "W4": dict(FULL["W4"], max_size=2_000, steps=250, sample_calls=10, loop_batches=5),
 }
 SYSTEMS = {
     "W1": ["diskreplay-memmap", "diskreplay-hdf5", "seed", "numpy", "np.memmap", "h5py-chunked"],
     "W2": ["diskreplay-memmap", "diskreplay-hdf5", "seed", "numpy", "np.memmap"],
     "W3": ["diskreplay-memmap", "diskreplay-hdf5", "seed", "numpy", "np.memmap", "h5py-chunked"],
-    "W4": ["diskreplay-memmap", "diskreplay-hdf5", "np.memmap", "h5py-chunked"],
+    "W4": ["diskreplay-memmap", "diskreplay-hdf5", "diskreplay-memmap+pread", "diskreplay-hdf5+pread",
+           "np.memmap", "np.memmap+random", "h5py-chunked"],
 }
+BASELINES = ("seed", "numpy", "np.memmap", "h5py-chunked")
+FIELDS = ("states", "actions", "rewards", "next_states", "dones")
 
 
 # ---------------------------------------------------------------- measurement helpers
@@ -76,32 +96,37 @@ def read_bytes() -> int:
     return 0
 
 
-_libc = ctypes.CDLL("libc.so.6", use_errno=True)
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.mmap.restype = ctypes.c_void_p
+_libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+_libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+_libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
+_MAP_FAILED = ctypes.c_void_p(-1).value
 
 
 def resident_pages(path: str) -> int:
-    """Pages of ``path`` in the page cache (mincore on a fresh private mapping)."""
+    """Pages of ``path`` in the page cache: mincore on a fresh read-only shared mapping."""
     size = os.path.getsize(path)
     if size == 0:
         return 0
-    with open(path, "rb") as f:
-        mm = mmap.mmap(f.fileno(), size, access=mmap.ACCESS_COPY)
+    fd = os.open(path, os.O_RDONLY)
     try:
-        pages = (size + mmap.PAGESIZE - 1) // mmap.PAGESIZE
-        vec = (ctypes.c_ubyte * pages)()
-        buf = ctypes.c_char.from_buffer(mm)
+        addr = _libc.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
+        if addr in (None, _MAP_FAILED):
+            raise OSError(ctypes.get_errno(), f"mmap of {path} failed")
         try:
-            if _libc.mincore(ctypes.c_void_p(ctypes.addressof(buf)), ctypes.c_size_t(size), vec) != 0:
-                raise OSError(ctypes.get_errno(), "mincore failed")
+            vec = np.zeros((size + mmap.PAGESIZE - 1) // mmap.PAGESIZE, np.uint8)
+            if _libc.mincore(addr, size, vec.ctypes.data) != 0:
+                raise OSError(ctypes.get_errno(), f"mincore of {path} failed")
+            return int(np.count_nonzero(vec & 1))
         finally:
-            del buf
-        return sum(1 for v in vec if v & 1)
+            _libc.munmap(addr, size)
     finally:
-        mm.close()
+        os.close(fd)
 
 
-def drop_cache(files: list[str], mappings: list[mmap.mmap]) -> None:
-    """Drop our own mappings' pages, then the page cache of every file; check nothing stays."""
+def drop_cache(files, mappings) -> None:
+    """Drop our own mappings' pages, then the page cache of every file of the store."""
     for mm in mappings:
         mm.madvise(mmap.MADV_DONTNEED)
     for path in files:
@@ -112,70 +137,147 @@ def drop_cache(files: list[str], mappings: list[mmap.mmap]) -> None:
             os.close(fd)
 
 
-def check_cold(files: list[str]) -> int:
-    return sum(resident_pages(p) for p in files)
+def store_files(path):
+    if os.path.isfile(path):
+        return [path]
+    return sorted(os.path.join(path, n) for n in os.listdir(path))
 
 
 # ---------------------------------------------------------------- systems
-class DiskReplaySystem:
-    def __init__(self, backend):
+class System:
+    """What every system offers the worker; ``path`` is its store (None in RAM)."""
+
+    path = None
+    mappings_of = ()
+
+    def touch(self):
+        pass
+
+    def finish_adds(self):
+        pass
+
+    def close(self):
+        pass
+
+    def reopen(self):
+        raise NotImplementedError
+
+    def mappings(self):
+        return []
+
+    def checked_files(self):
+        return store_files(self.path)
+
+
+class DiskReplaySystem(System):
+    def __init__(self, backend, pread=False):
         self.backend = backend
+        self.pread = pread
+        self.reader = None
 
     def create(self, spec, path):
         from diskreplay import DiskReplay
 
-        fields = {"states": (spec["state"], spec["dtype"]), "actions": ((), "int64"),
+        fields = {"states": (tuple(spec["state"]), spec["dtype"]), "actions": ((), "int64"),
                   "rewards": ((), "float32"), "dones": ((), "bool")}
         self.path = path
         self.buf = DiskReplay.create(path, spec["max_size"], num_envs=spec["num_envs"], backend=self.backend,
                                      seed=0, fields=fields, overwrite=True)
-        for arr in self.buf._storage.arrays.values():  # warm-up: first touch of every page
+
+    def touch(self):
+        for arr in self.buf._storage.arrays.values():
             arr[:] = 0
 
     def add(self, s, a, r, ns, d):
         self.buf.add(s, a, r, ns, d)
 
     def sample(self, b):
+        if self.pread:
+            return pread_sample(self.buf, self.reader, b)
         return self.buf.sample(b)
 
     def finish_adds(self):
         self.buf.flush()
 
     def close(self):
+        if self.reader is not None:
+            self.reader.close()
+            self.reader = None
         self.buf.close()
 
     def reopen(self):
         from diskreplay import DiskReplay
+        from diskreplay.rowreader import RowReader
 
         t = time.perf_counter()
         self.buf = DiskReplay.open(self.path, mode="r+")
-        return time.perf_counter() - t
+        elapsed = time.perf_counter() - t
+        if self.pread:
+            self.reader = RowReader(threads=16)
+        return elapsed
 
-    def cold_files(self):
-        # meta.bin is left out: it is the one counter page every sample() writes (the sampler
-        # position), so it is always dirty and resident, as it would be in training.
-        return [os.path.join(self.path, n) for n in os.listdir(self.path) if n not in ("lock", "meta.bin")]
+    def checked_files(self):
+        # meta.bin is the counter page every sample() writes (the sampler position): always
+        # dirty, so the page cache keeps it; it is not data.
+        return [p for p in store_files(self.path) if os.path.basename(p) not in ("meta.bin", "lock")]
 
     def mappings(self):
         buf = self.buf
         return [f.mm for f in buf._storage.files] + [buf._ns_file.mm, buf._sums_file.mm, buf._counters.file.mm]
 
 
-class NumpySystem:
-    """Plain preallocated arrays in RAM, next states stored: the limit."""
+def pread_sample(buf, reader, b):
+    """The recommended cold gather: the store's sampler, then every field's rows (states,
+    next states, small fields) read by one RowReader.gather_many, all reads in flight."""
+    from diskreplay import ring
+    from diskreplay.counters import W_DRAWS
+
+    size = ring.ring_size(buf._seen, buf._base, buf.max_size)
+    head = ring.ring_head(buf._seen, buf._base, buf.max_size)
+    idxs = buf._sampler.sample_idxs(size, b, buf.use_cer, head)
+    buf._words[W_DRAWS] = buf._sampler.draws  # as sample() does: the stream position is persisted
+    buf.batch_idxs = idxs
+    ns_slots, in_buffer, buffer_idx = ring.next_state_sources(idxs, head, buf.max_size, buf.num_envs)
+    fields, loc = buf._fields, buf._storage.locations
+    st = fields["states"]
+    rows = np.empty((2 * b,) + st.shape, st.dtype)
+    batch = {}
+    requests = [loc["states"] + (np.concatenate([idxs, ns_slots]), rows)]
+    for name, spec in fields.items():
+        if name != "states":
+            batch[name] = np.empty((b,) + spec.shape, spec.dtype)
+            requests.append(loc[name] + (idxs, batch[name]))
+    reader.gather_many(requests)
+    batch["states"], batch["next_states"] = rows[:b], rows[b:]
+    if in_buffer.any():
+        batch["next_states"][in_buffer] = buf._current_ns()[buffer_idx[in_buffer]]
+    return batch
+
+
+class NumpySystem(System):
+    """Plain preallocated arrays in RAM, next states stored: the limit. One assignment per
+    field per add (a slice per field for vector envs), fancy-index gathers."""
+
+    def _alloc(self, spec, make):
+        m, shape = spec["max_size"], tuple(spec["state"])
+        self.n, self.m = spec["num_envs"], m
+        self.states = make("states", (m,) + shape, spec["dtype"])
+        self.next_states = make("next_states", (m,) + shape, spec["dtype"])
+        self.actions = make("actions", (m,), np.int64)
+        self.rewards = make("rewards", (m,), np.float32)
+        self.dones = make("dones", (m,), bool)
+        self.head, self.size = -1, 0
+        self.rng = np.random.default_rng(0)
 
     def create(self, spec, path):
-        m, shape = spec["max_size"], spec["state"]
-        self.n = spec["num_envs"]
-        self.m = m
-        self.states = np.zeros((m,) + shape, spec["dtype"])
-        self.next_states = np.zeros((m,) + shape, spec["dtype"])
-        self.actions = np.zeros(m, np.int64)
-        self.rewards = np.zeros(m, np.float32)
-        self.dones = np.zeros(m, bool)
-        self.head = -1
-        self.size = 0
-        self.rng = np.random.default_rng(0)
+        self._alloc(spec, lambda name, shape, dt: np.zeros(shape, dt))
+
+    def arrays(self):
+        return [self.states, self.next_states, self.actions, self.rewards, self.dones]
+
+    def touch(self):
+        for arr in self.arrays():
+            arr[:] = 0
 
     def add(self, s, a, r, ns, d):
         n = self.n
@@ -188,7 +290,7 @@ class NumpySystem:
             self.dones[h] = d
         else:
             start = (self.head + 1) % self.m
-            stop = start + n
+            stop = start + n  # the workloads' max_size are multiples of num_envs
             self.states[start:stop] = s
             self.actions[start:stop] = a
             self.rewards[start:stop] = r
@@ -202,113 +304,129 @@ class NumpySystem:
         return {"states": self.states[idxs], "actions": self.actions[idxs], "rewards": self.rewards[idxs],
                 "next_states": self.next_states[idxs], "dones": self.dones[idxs]}
 
-    def finish_adds(self):
-        pass
-
-    def close(self):
-        pass
-
 
 class MemmapSystem(NumpySystem):
     """Plain np.memmap files (next states stored), naive fancy indexing."""
 
+    def __init__(self, random=False):
+        self.random = random
+
     def create(self, spec, path):
         os.makedirs(path, exist_ok=True)
         self.path = path
-        m, shape = spec["max_size"], spec["state"]
-        self.n, self.m = spec["num_envs"], m
-
-        def mm(name, shp, dt):
-            return np.lib.format.open_memmap(os.path.join(path, name + ".npy"), "w+", dt, shp)
-
-        self.states = mm("states", (m,) + shape, spec["dtype"])
-        self.next_states = mm("next_states", (m,) + shape, spec["dtype"])
-        self.actions = mm("actions", (m,), np.int64)
-        self.rewards = mm("rewards", (m,), np.float32)
-        self.dones = mm("dones", (m,), bool)
-        for arr in (self.states, self.next_states, self.actions, self.rewards, self.dones):
-            arr[:] = 0
-        self.head, self.size = -1, 0
-        self.rng = np.random.default_rng(0)
+        self.spec = spec
+        self._alloc(spec, lambda name, shape, dt: np.lib.format.open_memmap(
+            os.path.join(path, name + ".npy"), "w+", dt, shape))
 
     def finish_adds(self):
-        for arr in (self.states, self.next_states, self.actions, self.rewards, self.dones):
+        for arr in self.arrays():
             arr.flush()
+        with open(os.path.join(self.path, "counters.json"), "w") as f:
+            json.dump({"size": self.size, "head": self.head}, f)
+
+    def close(self):
+        for name in FIELDS:
+            setattr(self, name, None)
 
     def reopen(self):
         t = time.perf_counter()
-        for name in ("states", "next_states", "actions", "rewards", "dones"):
-            setattr(self, name, np.load(os.path.join(self.path, name + ".npy"), mmap_mode="r"))
+        for name in FIELDS:
+            arr = np.load(os.path.join(self.path, name + ".npy"), mmap_mode="r")
+            if self.random:
+                arr._mmap.madvise(mmap.MADV_RANDOM)
+            setattr(self, name, arr)
+        with open(os.path.join(self.path, "counters.json")) as f:
+            c = json.load(f)
+        self.size, self.head, self.m = c["size"], c["head"], len(self.states)
+        self.rng = np.random.default_rng(0)
         return time.perf_counter() - t
 
-    def cold_files(self):
-        return [os.path.join(self.path, n) for n in os.listdir(self.path)]
-
     def mappings(self):
-        return [a._mmap for a in (self.states, self.next_states, self.actions, self.rewards, self.dones)]
+        return [a._mmap for a in self.arrays()]
 
 
 class H5pyChunkedSystem(NumpySystem):
-    """h5py fancy indexing on chunked datasets (sorted unique indices, then reordered)."""
+    """h5py fancy indexing on chunked datasets (~64 KiB chunks): sorted unique indices, then
+    reordered. Adds are written in blocks of 1024 steps (not timed: a sampling baseline)."""
+
+    BLOCK = 1024
+
+    def touch(self):
+        pass  # h5py allocates chunks as they are written
 
     def create(self, spec, path):
         import h5py
 
         os.makedirs(path, exist_ok=True)
         self.path = os.path.join(path, "data.h5")
-        m, shape = spec["max_size"], spec["state"]
+        m, shape = spec["max_size"], tuple(spec["state"])
         self.n, self.m = spec["num_envs"], m
         self.f = h5py.File(self.path, "w")
-        chunk = max(1, (1 << 16) // int(np.prod(shape) * np.dtype(spec["dtype"]).itemsize))
+        row = int(np.prod(shape)) * np.dtype(spec["dtype"]).itemsize
         for name, shp, dt in (("states", shape, spec["dtype"]), ("next_states", shape, spec["dtype"]),
                               ("actions", (), np.int64), ("rewards", (), np.float32), ("dones", (), bool)):
-            self.f.create_dataset(name, (m,) + shp, dt, chunks=(min(chunk, m),) + shp)
-        self.head, self.size = -1, 0
+            rows = max(1, (1 << 16) // (row if shp else np.dtype(dt).itemsize))
+            self.f.create_dataset(name, (m,) + shp, dt, chunks=(min(rows, m),) + shp)
+        self.dsets = {name: self.f[name] for name in FIELDS}
+        self.head, self.size, self.written = -1, 0, 0
         self.rng = np.random.default_rng(0)
         self.pending = []
 
-    def add(self, s, a, r, ns, d):  # buffered: h5py adds are not what this baseline measures
+    def add(self, s, a, r, ns, d):
         self.pending.append((s, a, r, ns, d))
-        self.size = min(self.size + self.n, self.m)
+        if len(self.pending) == self.BLOCK:
+            self._write_block()
 
-    def finish_adds(self):
+    def _write_block(self):
+        if not self.pending:
+            return
         cols = list(zip(*self.pending))
-        self.pending = []
         for name, col in zip(("states", "actions", "rewards", "next_states", "dones"), cols):
             data = np.asarray(col)
             data = data.reshape((-1,) + data.shape[(2 if self.n > 1 else 1):])
-            self.f[name][: len(data)] = data
+            start = self.written % self.m
+            self.dsets[name][start:start + len(data)] = data
+        self.written += len(self.pending) * self.n
+        self.size = min(self.written, self.m)
+        self.pending = []
+
+    def finish_adds(self):
+        self._write_block()
+        self.f.attrs["size"] = self.size
         self.f.flush()
 
     def sample(self, b):
         idxs = self.rng.integers(0, self.size, b)
         uniq, inverse = np.unique(idxs, return_inverse=True)
-        return {name: self.f[name][uniq][inverse] for name in ("states", "actions", "rewards", "next_states", "dones")}
+        return {name: dset[uniq][inverse] for name, dset in self.dsets.items()}
 
     def close(self):
         self.f.close()
 
-    def reopen(self):
+    def reopen(self, cold=False):
         import h5py
 
         t = time.perf_counter()
-        self.f = h5py.File(self.path, "r")
+        # Cold: no chunk cache either (h5py would otherwise keep decompressed chunks in RAM).
+        self.f = h5py.File(self.path, "r", **({"rdcc_nbytes": 0} if cold else {}))
+        self.dsets = {name: self.f[name] for name in FIELDS}
+        self.size = int(self.f.attrs["size"])
+        self.m = self.dsets["states"].shape[0]
+        self.rng = np.random.default_rng(0)
         return time.perf_counter() - t
 
-    def cold_files(self):
+    def checked_files(self):
         return [self.path]
 
-    def mappings(self):
-        return []
 
+class SeedSystem(System):
+    """The seed's in-RAM design (scripts/seed_replay.py)."""
 
-class SeedSystem(NumpySystem):
     def create(self, spec, path):
         sys.path.insert(0, HERE)
         from seed_replay import SeedReplay
 
-        self.n = spec["num_envs"]
-        self.mem = SeedReplay(spec["max_size"], 32, num_envs=self.n)
+        self.mem = SeedReplay(spec["max_size"], 32, num_envs=spec["num_envs"])
         np.random.seed(0)
 
     def add(self, s, a, r, ns, d):
@@ -321,167 +439,339 @@ class SeedSystem(NumpySystem):
 def make_system(name):
     return {"diskreplay-memmap": lambda: DiskReplaySystem("memmap"),
             "diskreplay-hdf5": lambda: DiskReplaySystem("hdf5"),
-            "numpy": NumpySystem, "np.memmap": MemmapSystem, "seed": SeedSystem,
-            "h5py-chunked": H5pyChunkedSystem}[name]()
+            "diskreplay-memmap+pread": lambda: DiskReplaySystem("memmap", pread=True),
+            "diskreplay-hdf5+pread": lambda: DiskReplaySystem("hdf5", pread=True),
+            "numpy": NumpySystem, "np.memmap": MemmapSystem,
+            "np.memmap+random": lambda: MemmapSystem(random=True),
+            "seed": SeedSystem, "h5py-chunked": H5pyChunkedSystem}[name]()
+
+
+def store_of(system_name):
+    """W4 systems sample the store their W3 counterpart built."""
+    return {"diskreplay-memmap+pread": "diskreplay-memmap", "diskreplay-hdf5+pread": "diskreplay-hdf5",
+            "np.memmap+random": "np.memmap"}.get(system_name, system_name)
 
 
 # ---------------------------------------------------------------- one worker run
 def step_data(spec):
-    n, shape, dt = spec["num_envs"], spec["state"], np.dtype(spec["dtype"])
+    n, shape, dt = spec["num_envs"], tuple(spec["state"]), np.dtype(spec["dtype"])
     rng = np.random.default_rng(1)
     if n == 1:
         s = rng.integers(0, 100, shape).astype(dt)
-        return [(s, 1, 0.5, s, False)]
+        return s, 1, 0.5, s, False
     s = rng.integers(0, 100, (n,) + shape).astype(dt)
-    return [(s, np.ones(n, np.int64), np.full(n, 0.5, np.float32), s, np.zeros(n, bool))]
+    return s, np.ones(n, np.int64), np.full(n, 0.5, np.float32), s, np.zeros(n, bool)
+
+
+class Peak:
+    def __init__(self):
+        self.value = rss_anon_bytes()
+
+    def __call__(self):
+        self.value = max(self.value, rss_anon_bytes())
+
+
+def fill(system, spec, result=None, peak=None):
+    """Create, touch every page, add ``steps`` steps (the first 10% untimed)."""
+    system.touch()
+    if peak:
+        peak()
+    s, a, r, ns, d = step_data(spec)
+    steps, n = spec["steps"], spec["num_envs"]
+    warm = steps // 10
+    add = system.add
+    for _ in range(warm):
+        add(s, a, r, ns, d)
+    t = time.perf_counter()
+    for _ in range(steps - warm):
+        add(s, a, r, ns, d)
+    elapsed = time.perf_counter() - t
+    if result is not None:
+        result["add_per_s"] = (steps - warm) * n / elapsed
+    if peak:
+        peak()
+    system.finish_adds()
 
 
 def run_worker(workload, system_name, spec, workdir):
+    if workload == "W4":
+        return run_cold_worker(system_name, spec, workdir)
     system = make_system(system_name)
     path = os.path.join(workdir, f"{workload}-{system_name}")
-    result = {}
+    result, peak = {}, Peak()
     system.create(spec, path)
-    (s, a, r, ns, d), = step_data(spec)
-    steps, n = spec["steps"], spec["num_envs"]
-    t = time.perf_counter()
-    for _ in range(steps):
-        system.add(s, a, r, ns, d)
-    elapsed = time.perf_counter() - t
-    if workload != "W4" and system_name != "h5py-chunked":
-        result["add_per_s"] = steps * n / elapsed
-    system.finish_adds()
-    if workload == "W4":
+    fill(system, spec, result, peak)
+    if system_name == "h5py-chunked":
+        del result["add_per_s"]  # written in blocks: not what this baseline measures
+    if workload == "W3" and system.path is not None:
         system.close()
         result["open_s"] = system.reopen()
-        os.sync()  # written-back pages only: POSIX_FADV_DONTNEED leaves dirty pages cached
-        files, mappings = system.cold_files(), system.mappings()
-        for _ in range(3):
-            system.sample(32)
-        times, bytes_read, resident = [], [], []
+    sample = system.sample
+    for b in spec["batches"]:
+        for _ in range(spec["sample_warmup"]):
+            sample(b)
+        t = time.perf_counter()
         for _ in range(spec["sample_calls"]):
-            drop_cache(files, mappings)
-            resident.append(check_cold(files))
-            before = read_bytes()
-            t = time.perf_counter()
-            system.sample(32)
-            times.append(time.perf_counter() - t)
-            bytes_read.append(read_bytes() - before)
-        result["cold_ms_per_batch"] = 1000 * statistics.median(times)
-        result["sample32_per_s"] = 1 / statistics.median(times)
-        result["cold_bytes_per_batch"] = statistics.median(bytes_read)
-        result["resident_pages_before_batch"] = max(resident)
+            sample(b)
+        result[f"sample{b}_per_s"] = spec["sample_calls"] / (time.perf_counter() - t)
+        peak()
+    result["rss_anon_mb"] = peak.value / 2 ** 20
+    system.close()
+    return result
+
+
+def run_cold_worker(system_name, spec, workdir):
+    from diskreplay.prefetch import Prefetcher
+
+    system = make_system(system_name)
+    path = os.path.join(workdir, f"W3-{store_of(system_name)}")
+    result, peak = {}, Peak()
+    if not os.path.exists(path):  # W4 alone: build W3's store first (untimed)
+        system.create(spec, path)
+        fill(system, spec)
+        system.close()
+        if isinstance(system, DiskReplaySystem):
+            system = make_system(system_name)
+            system.path = path
     else:
-        if workload == "W3" and hasattr(system, "reopen"):
-            system.close()
-            result["open_s"] = system.reopen()
-        for b in spec["batches"]:
-            for _ in range(200 if spec["sample_calls"] >= 200 else 10):
-                system.sample(b)
+        system.path = path if not isinstance(system, H5pyChunkedSystem) else os.path.join(path, "data.h5")
+    os.sync()  # POSIX_FADV_DONTNEED leaves dirty pages cached: write everything back first
+    if isinstance(system, H5pyChunkedSystem):
+        result["open_s"] = system.reopen(cold=True)
+    else:
+        result["open_s"] = system.reopen()
+    files = store_files(path)
+    checked, mappings = system.checked_files(), system.mappings()
+    sample = system.sample
+    for _ in range(spec["sample_warmup"]):
+        sample(32)
+    peak()
+    times, nbytes, resident, drops = [], [], [], []
+    for _ in range(spec["sample_calls"]):
+        t = time.perf_counter()
+        drop_cache(files, mappings)
+        drops.append(time.perf_counter() - t)
+        resident.append(sum(resident_pages(p) for p in checked))
+        before = read_bytes()
+        t = time.perf_counter()
+        sample(32)
+        times.append(time.perf_counter() - t)
+        nbytes.append(read_bytes() - before)
+    peak()
+    med = statistics.median(times)
+    result["cold_ms_per_batch"] = 1000 * med
+    result["sample32_per_s"] = 1 / med
+    result["cold_bytes_per_batch"] = statistics.median(nbytes)
+    result["resident_pages_before_batch"] = max(resident)
+    result["drop_ms"] = 1000 * statistics.median(drops)
+    if system_name.startswith("diskreplay"):
+        compute = spec["compute_ms"] / 1000
+
+        def cold_sample():
+            drop_cache(files, mappings)
+            return sample(32)
+
+        t = time.perf_counter()
+        for _ in range(spec["loop_batches"]):
+            cold_sample()
+            time.sleep(compute)
+        serial = (time.perf_counter() - t) / spec["loop_batches"]
+        with Prefetcher(cold_sample, prefetch=spec["prefetch"]) as batches:
+            next(batches)  # the pipeline fills once, as at the start of training
             t = time.perf_counter()
-            for _ in range(spec["sample_calls"]):
-                system.sample(b)
-            result[f"sample{b}_per_s"] = spec["sample_calls"] / (time.perf_counter() - t)
-    result["rss_anon_mb"] = rss_anon_bytes() / 2 ** 20
+            for _ in range(spec["loop_batches"]):
+                next(batches)
+                time.sleep(compute)
+            ahead = (time.perf_counter() - t) / spec["loop_batches"]
+        peak()
+        result["loop_ms_serial"] = 1000 * serial
+        result["loop_ms_prefetch"] = 1000 * ahead
+        result["loop_prefetch_speedup"] = serial / ahead
+    result["rss_anon_mb"] = peak.value / 2 ** 20
     system.close()
     return result
 
 
 # ---------------------------------------------------------------- driver
-def machine_facts():
+def machine_facts(workdir):
     import h5py
 
-    mem = ""
+    facts = {"nproc": os.cpu_count(), "kernel": platform.release(), "python": platform.python_version(),
+             "numpy": np.__version__, "h5py": h5py.__version__}
     with open("/proc/meminfo") as f:
-        mem = f.readline().split()[1]
-    return {"nproc": os.cpu_count(), "mem_gib": round(int(mem) / 2 ** 20, 1), "kernel": platform.release(),
-            "python": platform.python_version(), "numpy": np.__version__, "h5py": h5py.__version__}
+        facts["mem_gib"] = round(int(f.readline().split()[1]) / 2 ** 20, 1)
+    try:
+        with open("/proc/cpuinfo") as f:
+            facts["cpu"] = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    try:
+        dev = os.stat(workdir).st_dev
+        name = os.path.basename(os.path.realpath(f"/sys/dev/block/{os.major(dev)}:{os.minor(dev)}"))
+        q = f"/sys/block/{name}/queue"
+        facts["disk"] = {"device": name, "rotational": _read(f"{q}/rotational"),
+                         "read_ahead_kb": _read(f"{q}/read_ahead_kb"), "scheduler": _read(f"{q}/scheduler")}
+        with open("/proc/mounts") as f:
+            best = ""
+            for line in f:
+                dev_, mnt, fstype = line.split()[:3]
+                if os.path.realpath(workdir).startswith(mnt) and len(mnt) >= len(best):
+                    best, facts["disk"]["fs"] = mnt, fstype
+    except OSError:
+        pass
+    return facts
 
 
-def run_all(sizes, repeats, workloads, workdir):
+def _read(path):
+    try:
+        with open(path) as f:
+            return f.read().strip()
+    except OSError:
+        return None
+
+
+def run_all(sizes, repeats, workloads, workdir, log):
     results = {}
-    for w in workloads:
-        for system in SYSTEMS[w]:
-            runs = []
-            for _ in range(repeats):
-                out = subprocess.run([sys.executable, __file__, "--worker", w, system, "--spec",
-                                      json.dumps(sizes[w]), "--workdir", workdir],
-                                     capture_output=True, text=True)
+    order = [w for w in ("W1", "W2", "W3", "W4") if w in workloads]  # W4 samples W3's stores
+    for w in order:
+        runs = {system: [] for system in SYSTEMS[w]}
+        for rep in range(repeats):
+            for system in SYSTEMS[w]:
+                t = time.perf_counter()
+                out = subprocess.run([sys.executable, os.path.abspath(__file__), "--worker", w, system, "--spec",
+                                      json.dumps(sizes[w]), "--workdir", workdir], capture_output=True, text=True)
                 if out.returncode != 0:
                     raise SystemExit(f"{w} {system} failed:\n{out.stderr}")
-                runs.append(json.loads(out.stdout.strip().splitlines()[-1]))
-            results.setdefault(w, {})[system] = summarize(runs)
-            print(f"  {w} {system}: " + ", ".join(f"{k}={v['median']:.4g}" for k, v in results[w][system].items()),
-                  file=sys.stderr)
-            if w != "W3":
+                runs[system].append(json.loads(out.stdout.strip().splitlines()[-1]))
+                log(f"  {w} {system} run {rep + 1}/{repeats} ({time.perf_counter() - t:.1f} s): "
+                    + ", ".join(f"{k}={v:.4g}" for k, v in runs[system][-1].items()))
+        results[w] = {system: summarize(r) for system, r in runs.items()}
+        if w != "W3" or "W4" not in workloads:
+            for system in SYSTEMS[w]:
                 shutil.rmtree(os.path.join(workdir, f"{w}-{system}"), ignore_errors=True)
     return results
 
 
 def summarize(runs):
-    keys = runs[0].keys()
     return {k: {"median": statistics.median(r[k] for r in runs), "min": min(r[k] for r in runs),
-                "max": max(r[k] for r in runs)} for k in keys}
+                "max": max(r[k] for r in runs)} for k in runs[0]}
+
+
+def is_rate(key):
+    return key.endswith("_per_s")
 
 
 def add_ratios(results):
     for w, systems in results.items():
         for name, metrics in systems.items():
             for key, value in metrics.items():
-                for base in ("seed", "numpy", "np.memmap"):
+                if not is_rate(key) and key != "cold_ms_per_batch":
+                    continue
+                for base in BASELINES:
                     ref = systems.get(base, {}).get(key)
-                    if ref and ref["median"] and base != name and key.endswith("_per_s"):
-                        value[f"x_{base}"] = value["median"] / ref["median"]
+                    if ref and ref["median"] and base != name:
+                        r = value["median"] / ref["median"]
+                        value[f"x_{base}"] = 1 / r if key == "cold_ms_per_batch" else r
     return results
 
 
-def print_table(results):
-    print(f"{'workload':<5} {'system':<18} {'metric':<20} {'median':>11} {'spread':>21} "
-          f"{'x seed':>7} {'x numpy':>7} {'x memmap':>8}")
+GOALS = [  # (workload, metric, baseline, minimum ratio, what)
+    ("W1", "add_per_s", "numpy", 0.4, "W1 add >= 0.4x numpy"),
+    ("W1", "sample32_per_s", "numpy", 0.5, "W1 sample b=32 >= 0.5x numpy"),
+    ("W1", "sample256_per_s", "numpy", 0.5, "W1 sample b=256 >= 0.5x numpy"),
+    ("W2", "add_per_s", "numpy", 0.4, "W2 add >= 0.4x numpy"),
+    ("W3", "add_per_s", "np.memmap", 1.0, "W3 add >= 1.0x np.memmap"),
+    ("W3", "sample32_per_s", "np.memmap", 1.0, "W3 warm sample >= 1.0x np.memmap"),
+]
+
+
+def goals(results):
+    rows = []
+    for backend in ("memmap", "hdf5"):
+        name = f"diskreplay-{backend}"
+        for w, key, base, want, what in GOALS:
+            v = results.get(w, {}).get(name, {}).get(key, {})
+            if f"x_{base}" in v:
+                rows.append({"system": name, "goal": what, "value": v[f"x_{base}"], "met": v[f"x_{base}"] >= want})
+        for sysname in (name, name + "+pread"):
+            v = results.get("W4", {}).get(sysname, {}).get("sample32_per_s")
+            if v:
+                rows.append({"system": sysname, "goal": "W4 cold >= 500 batches/s of 32", "value": v["median"],
+                             "met": v["median"] >= 500})
+        v = results.get("W3", {}).get(name, {}).get("rss_anon_mb")
+        if v:
+            rows.append({"system": name, "goal": "W3 RssAnon < 100 MB", "value": v["max"], "met": v["max"] < 100})
+    for w, key, *_ in GOALS + [("W4", "sample32_per_s")]:
+        a = results.get(w, {}).get("diskreplay-memmap", {}).get(key)
+        b = results.get(w, {}).get("diskreplay-hdf5", {}).get(key)
+        if a and b:
+            r = b["median"] / a["median"]
+            rows.append({"system": "diskreplay-hdf5", "goal": f"{w} {key} within 10% of memmap", "value": r,
+                         "met": abs(r - 1) <= 0.1})
+    return rows
+
+
+def fmt(v):
+    return f"{v:.3g}" if abs(v) < 1000 else f"{v:,.0f}"
+
+
+def table(results):
+    lines = [f"| workload | system | metric | median | spread (min-max) | x seed | x numpy | x np.memmap | x h5py |",
+             "|---|---|---|---:|---:|---:|---:|---:|---:|"]
     for w, systems in results.items():
         for name, metrics in systems.items():
             for key, v in metrics.items():
-                spread = f"{v['min']:.4g}-{v['max']:.4g}"
+                ratios = [f"{v[f'x_{b}']:.2f}" if f"x_{b}" in v else "-" for b in BASELINES]
+                lines.append(f"| {w} | {name} | {key} | {fmt(v['median'])} | {fmt(v['min'])}-{fmt(v['max'])} | "
+                             + " | ".join(ratios) + " |")
+    return "\n".join(lines)
 
-                def ratio(base):
-                    return f"{v[base]:.2f}" if base in v else "-"
 
-                print(f"{w:<5} {name:<18} {key:<20} {v['median']:>11.4g} {spread:>21} "
-                      f"{ratio('x_seed'):>7} {ratio('x_numpy'):>7} {ratio('x_np.memmap'):>8}")
+def goals_table(rows):
+    lines = ["| system | goal | measured | met |", "|---|---|---:|---|"]
+    for r in rows:
+        lines.append(f"| {r['system']} | {r['goal']} | {fmt(r['value'])} | {'yes' if r['met'] else 'NO'} |")
+    return "\n".join(lines)
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description="diskreplay benchmarks (see the module docstring)")
-    parser.add_argument("--quick", action="store_true", help="tiny sizes, for the test suite")
-    parser.add_argument("--repeats", type=int, default=None, help="runs per system (default 3, quick 1)")
+    parser.add_argument("--quick", action="store_true", help="tiny sizes, seconds (the test suite runs this)")
+    parser.add_argument("--repeats", type=int, default=None, help="processes per system (default 3, quick 1)")
     parser.add_argument("--json", metavar="PATH", help="also write the results as JSON")
     parser.add_argument("--workloads", default="W1,W2,W3,W4")
-    parser.add_argument("--workdir", default=None, help="where stores are written (default: a temp dir)")
+    parser.add_argument("--workdir", default=None, help="where stores are written (default: a new temp dir)")
     parser.add_argument("--worker", nargs=2, metavar=("WORKLOAD", "SYSTEM"), help=argparse.SUPPRESS)
     parser.add_argument("--spec", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker:
-        spec = json.loads(args.spec)
-        spec["state"] = tuple(spec["state"])
-        spec["batches"] = tuple(spec["batches"])
-        print(json.dumps(run_worker(args.worker[0], args.worker[1], spec, args.workdir)))
+        print(json.dumps(run_worker(args.worker[0], args.worker[1], json.loads(args.spec), args.workdir)))
         return
     sizes = QUICK if args.quick else FULL
     repeats = args.repeats or (1 if args.quick else 3)
     workloads = [w.strip() for w in args.workloads.split(",")]
+    unknown = set(workloads) - set(FULL)
+    if unknown:
+        parser.error(f"unknown workload(s) {', '.join(sorted(unknown))}")
     if args.workdir:
         os.makedirs(args.workdir, exist_ok=True)
-    workdir = args.workdir or tempfile.mkdtemp(prefix="diskreplay-bench-", dir=os.getcwd() if args.quick else None)
-    # W4 samples the store W3 built; run W3 first when both are asked for.
+    workdir = tempfile.mkdtemp(prefix="diskreplay-bench-", dir=args.workdir)
+    started = time.perf_counter()
     try:
-        results = add_ratios(run_all(sizes, repeats, workloads, workdir))
+        results = add_ratios(run_all(sizes, repeats, workloads, workdir, lambda m: print(m, file=sys.stderr)))
+        facts = machine_facts(workdir)
     finally:
-        if not args.workdir:
-            shutil.rmtree(workdir, ignore_errors=True)
-    print_table(results)
+        shutil.rmtree(workdir, ignore_errors=True)
+    goal_rows = goals(results)
+    print(table(results))
+    print()
+    print(goals_table(goal_rows))
+    print(f"\n{repeats} process(es) per system; wall time {time.perf_counter() - started:.0f} s", file=sys.stderr)
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"machine": machine_facts(), "quick": args.quick, "repeats": repeats,
-                       "sizes": sizes, "results": results}, f, indent=1, default=list)
+            json.dump({"machine": facts, "command": " ".join(["scripts/bench.py"] + (argv or sys.argv[1:])),
+                       "quick": args.quick, "repeats": repeats, "sizes": sizes, "results": results,
+                       "goals": goal_rows, "wall_s": time.perf_counter() - started}, f, indent=1)
 
 
 if __name__ == "__main__":
