@@ -181,13 +181,15 @@ class DiskReplay:
                 reserve_rows=reserve, flush_every=flush_every))
             os.unlink(os.path.join(directory, CREATING_MARKER))
             fsync_dir(directory)
-        except BaseException:
+        except BaseException as exc:
             _remove_store_files(directory)
             lock.release()
             if made_dir:
                 shutil.rmtree(directory, ignore_errors=True)
             elif not lock_existed:
                 _unlink(os.path.join(directory, LOCK_FILE))
+            if isinstance(exc, OSError) and not isinstance(exc, DiskReplayError):
+                raise io_error(f"creating the store at {directory}", exc) from exc
             raise
         return cls(path, "r+", _lock=lock)
 
@@ -526,9 +528,11 @@ class DiskReplay:
             desc["reserve_rows"] = reserve
             desc["seed_entropy"] = str(desc["seed_entropy"])
             write_description(self._dir, desc)
-        except BaseException:
+        except BaseException as exc:
             for name in backend.data_files(specs) + [NS_FILE, ROWSUMS_FILE, CHECKPOINT_FILE]:
                 _unlink(os.path.join(self._dir, name))
+            if isinstance(exc, OSError) and not isinstance(exc, DiskReplayError):
+                raise io_error(f"creating the data files of {self.path}", exc) from exc
             raise
         self._desc = read_description(self._dir)
         self._fields = self._desc["fields"]

@@ -148,12 +148,7 @@ def count_calls(tmp_path, backend) -> tuple[int, int]:
     return create_calls[0], inj.calls
 
 
-BUG_RAW_OSERROR = pytest.mark.xfail(
-    strict=True, reason="library bug: create() lets a raw OSError escape from _touch (CREATING marker), "
-    "write_description (atomic_write: write/fsync/replace) and fsync_dir, not a DiskReplayError")
-
-
-@pytest.mark.parametrize("stage", [pytest.param("create", marks=BUG_RAW_OSERROR), "use"])
+@pytest.mark.parametrize("stage", ["create", "use"])
 @pytest.mark.parametrize("err", [errno.ENOSPC, errno.EIO], ids=["ENOSPC", "EIO"])
 @pytest.mark.parametrize("backend", ["memmap", "hdf5"])
 def test_io_error_at_every_call(tmp_path, monkeypatch, backend, err, stage):
