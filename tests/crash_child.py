@@ -3,7 +3,7 @@
     python tests/crash_child.py STORE --acks FILE [--create --backend memmap --num-envs 1
         --max-size 37] [--flush-prob 0.02] [--seed 0] [--duration SECONDS] [--hold]
 
-Opens (or with ``--create`` creates, when absent) the store at STORE for writing, then
+Opens (or with ``--create`` creates, when absent or left incomplete by a killed creator) the store at STORE for writing, then
 appends ``ready <seen_size>`` to FILE and, after every ``add`` that returned, a line
 ``<seen_size>``. The acknowledgement is written with one ``os.write`` on an ``O_APPEND``
 descriptor, so a kill leaves at most one partial last line, which readers ignore.
@@ -25,6 +25,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from crash_common import add_step, crash_fields  # noqa: E402
 
 from diskreplay import DiskReplay  # noqa: E402
+from diskreplay.errors import IncompleteStoreError, StoreNotFoundError  # noqa: E402
 
 
 def main(argv=None) -> int:
@@ -42,11 +43,14 @@ def main(argv=None) -> int:
     p.add_argument("--hold", action="store_true")
     args = p.parse_args(argv)
 
-    if args.create and not os.path.exists(args.store):
-        buf = DiskReplay.create(args.store, args.max_size, num_envs=args.num_envs, backend=args.backend,
-                                batch_size=4, seed=args.seed, fields=crash_fields())
-    else:
+    try:
         buf = DiskReplay.open(args.store, mode="r+")
+    except (StoreNotFoundError, IncompleteStoreError):
+        if not args.create:
+            raise
+        # Absent, or an earlier child was killed while creating it (nothing acknowledged yet).
+        buf = DiskReplay.create(args.store, args.max_size, num_envs=args.num_envs, backend=args.backend,
+                                batch_size=4, seed=args.seed, fields=crash_fields(), overwrite=True)
     fd = os.open(args.acks, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     seen = buf.seen_size
     os.write(fd, b"ready %d\n" % seen)

@@ -20,7 +20,7 @@ import warnings
 from crash_common import add_step, store_problems
 
 from diskreplay import DiskReplay, DiskReplayError
-from diskreplay.errors import RecoveryWarning
+from diskreplay.errors import IncompleteStoreError, RecoveryWarning, StoreNotFoundError
 
 CHILD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "crash_child.py")
 
@@ -48,6 +48,14 @@ class Acks:
         with open(self.path, "wb"):
             pass
         self.offset = 0
+
+
+def _complete_store(path: str) -> bool:
+    try:
+        DiskReplay.open(path, mode="r").close()
+        return True
+    except (StoreNotFoundError, IncompleteStoreError):
+        return False
 
 
 def run_kill_loop(workdir: str, backend: str, num_envs: int, *, kills: int | None = None,
@@ -119,6 +127,8 @@ def run_kill_loop(workdir: str, backend: str, num_envs: int, *, kills: int | Non
         last = kills is not None and summary["kills"] >= kills
         if not last and rng.random() >= check_prob:
             continue  # the next child recovers the store itself
+        if acked == 0 and not _complete_store(store):
+            continue  # killed before create finished: nothing was acknowledged, the next child creates it
         summary["checks"] += 1
         try:
             with warnings.catch_warnings():

@@ -181,7 +181,6 @@ def check_images(rec: PowerLossRecorder, tmp_path, rng: random.Random, monkeypat
     return images, violations
 
 
-
 @pytest.mark.parametrize("num_envs, flush_every", [
     (1, None), (1, 5), (4, None), (4, 5)])
 @pytest.mark.parametrize("backend", ["memmap", "hdf5"])
