@@ -53,9 +53,18 @@ class RowReader:
 
     def gather_many(self, requests) -> list:
         """``gather`` for several ``(fd, offset, row_bytes, idxs, out)`` at once, all reads
-        in flight together; returns the ``out`` arrays in order."""
-        jobs = []
+        in flight together; returns the ``out`` arrays in order.
+
+        Rows the page cache holds are copied first, in this thread (``RWF_NOWAIT``: no
+        hand-off to the pool, no waiting); after ``miss_limit`` misses in a row the batch
+        is taken as cold and the rest goes to the pool without further tries. With
+        ``hint``, every row left is announced to the kernel (``POSIX_FADV_WILLNEED``)
+        before the pool reads it, so the disk's queue fills at once.
+        """
+        left = []
         outs = []
+        flag = self._nowait_flag if self.nowait else None
+        misses = 0
         for fd, offset, row_bytes, idxs, out in requests:
             outs.append(out)
             idxs = np.asarray(idxs, dtype=np.int64).reshape(-1)
@@ -70,25 +79,24 @@ class RowReader:
             if idxs.min() < 0:
                 raise ValueError(f"negative row index {int(idxs.min())}")
             os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)  # cheap; fds get reused, so every time
-            flat = out.reshape(-1).view(np.uint8).reshape(len(idxs), row_bytes)
+            view = memoryview(out.reshape(-1).view(np.uint8))
             positions = (idxs * row_bytes + offset).tolist()
-            jobs.extend([fd, pos, flat, k, row_bytes, 0] for k, pos in enumerate(positions))
-        if not jobs:
+            if flag is not None and misses < self.miss_limit:
+                misses = self._read_cached(fd, positions, view, row_bytes, left, misses, flag)
+            else:
+                left.extend((fd, pos, view, k * row_bytes, row_bytes, 0) for k, pos in enumerate(positions))
+        if not left:
             return outs
-        jobs.sort(key=_job_key)  # ascending offsets per file: locality for the disk's queue
-        if self.nowait:
-            jobs = self._read_cached(jobs)
-            if not jobs:
-                return outs
-        if self.hint and len(jobs) > 1:
+        left.sort(key=_job_key)  # ascending offsets per file: locality for the disk's queue
+        if self.hint and len(left) > 1:
             fadvise, willneed = os.posix_fadvise, os.POSIX_FADV_WILLNEED
-            for fd, pos, _, _, row_bytes, got in jobs:  # starts every read now: the queue fills at once
+            for fd, pos, _, _, row_bytes, got in left:
                 fadvise(fd, pos + got, row_bytes - got, willneed)
-        if len(jobs) == 1 or self.threads == 1:
-            _work(iter(jobs))
+        if len(left) == 1 or self.threads == 1:
+            _work(iter(left))
             return outs
-        shared = iter(jobs)  # next() on a list iterator is atomic under the GIL
-        futures = [self._pool.submit(_work, shared) for _ in range(min(self.threads, len(jobs)))]
+        shared = iter(left)  # next() on a list iterator is atomic under the GIL
+        futures = [self._pool.submit(_work, shared) for _ in range(min(self.threads, len(left)))]
         error = None
         for future in futures:
             exc = future.exception()
@@ -97,31 +105,39 @@ class RowReader:
             raise error
         return outs
 
-    def _read_cached(self, jobs) -> list:
-        """Read rows the page cache holds in this thread (``RWF_NOWAIT``: no thread hand-off,
-        no waiting); return the jobs left for the pool. Gives up after a few misses in a row:
-        a cold batch goes to the pool without delay."""
-        preadv, flag = os.preadv, self._nowait_flag
-        left = []
-        misses = 0
-        for i, job in enumerate(jobs):
-            fd, pos, flat, k, row_bytes, _ = job
+    def _read_cached(self, fd, positions, view, row_bytes, left, misses, flag) -> int:
+        """Copy the rows the page cache holds; queue the others in ``left``; returns the
+        count of misses in a row so far."""
+        preadv = os.preadv
+        limit = self.miss_limit
+        for k, pos in enumerate(positions):
+            start = k * row_bytes
+            if misses >= limit:
+                left.append((fd, pos, view, start, row_bytes, 0))
+                continue
             try:
-                got = preadv(fd, [memoryview(flat[k])], pos, flag)
+                got = preadv(fd, [view[start:start + row_bytes]], pos, flag)
             except BlockingIOError:
                 got = 0
-            except OSError:  # RWF_NOWAIT not supported here: plain reads from now on
+            except OSError:  # RWF_NOWAIT unsupported here (old kernel, odd filesystem)
                 self.nowait = False
-                return left + jobs[i:]
+                got = 0
             if got < row_bytes:
-                job[5] = max(got, 0)
-                left.append(job)
+                left.append((fd, pos, view, start, row_bytes, max(got, 0)))
                 misses += 1
-                if misses >= self.miss_limit:
-                    return left + jobs[i + 1:]
             else:
                 misses = 0
-        return left
+        return misses
+
+    def cached(self, fd: int, position: int) -> bool:
+        """Whether the page holding byte ``position`` of ``fd`` is in the page cache
+        (a one-byte ``RWF_NOWAIT`` read; False when that probe is unavailable)."""
+        if not self.nowait:
+            return False
+        try:
+            return os.preadv(fd, [bytearray(1)], int(position), self._nowait_flag) == 1
+        except OSError:
+            return False
 
     # ------------------------------------------------------------------ pool access
     def submit(self, fn, *args):
@@ -144,10 +160,9 @@ def _job_key(job):
 
 def _work(jobs) -> None:
     preadv = os.preadv
-    for fd, pos, flat, k, row_bytes, got in jobs:
-        view = memoryview(flat[k])
+    for fd, pos, view, start, row_bytes, got in jobs:
         while got < row_bytes:  # short reads are legal; finish the row
-            n = preadv(fd, [view[got:]], pos + got)
+            n = preadv(fd, [view[start + got:start + row_bytes]], pos + got)
             if n <= 0:
                 raise OSError(f"short read: row at byte {pos} of fd {fd} ends past the end of the file")
             got += n
