@@ -1042,7 +1042,7 @@ def _prepare_directory(directory: str, overwrite: bool) -> bool:
         except OSError as exc:
             raise io_error(f"creating {directory}", exc) from exc
         return True
-    if not os.listdir(directory):
+    if set(os.listdir(directory)) <= {LOCK_FILE}:  # empty, or a create killed right after locking
         return False
     if not _looks_like_store(directory) or not _own_files(directory):
         raise StoreExistsError(
@@ -1089,7 +1089,7 @@ def _check_is_store(directory: str) -> None:
                 f"{directory} was never completely created (its creator stopped half-way); "
                 "recreate it with DiskReplay.create(..., overwrite=True)")
         return
-    if CREATING_MARKER in names or COUNTERS_FILE in names:
+    if CREATING_MARKER in names or COUNTERS_FILE in names or names == {LOCK_FILE}:
         raise IncompleteStoreError(
             f"{directory} was never completely created (its creator stopped half-way); "
             "recreate it with DiskReplay.create(..., overwrite=True)")

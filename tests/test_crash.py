@@ -33,9 +33,6 @@ def test_random_sigkill_loses_nothing_acknowledged(tmp_path, backend, num_envs):
     assert summary["verified"] > 0
 
 
-@pytest.mark.xfail(strict=True, reason="library bug: a create killed after taking the lock and before "
-                   "writing its CREATING marker leaves a directory holding only 'lock' that open() calls "
-                   "NotAStoreError and create(overwrite=True) refuses with StoreExistsError")
 @pytest.mark.parametrize("backend", ["memmap", "hdf5"])
 def test_create_killed_right_after_locking_can_be_redone(tmp_path, backend):
     from crash_common import crash_fields
