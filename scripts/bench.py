@@ -658,6 +658,19 @@ def machine_facts(workdir):
     return facts
 
 
+def git_state():
+    """The commit measured, and the library files that differed from it (others may be editing)."""
+    root = os.path.dirname(HERE)
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True,
+                                text=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--", "diskreplay"], cwd=root,
+                               capture_output=True, text=True).stdout.split("\n")
+        return {"commit": commit, "uncommitted": sorted(line[3:] for line in dirty if line.strip())}
+    except OSError:
+        return {}
+
+
 def _read(path):
     try:
         with open(path) as f:
@@ -797,6 +810,7 @@ def main(argv=None):
         os.makedirs(args.workdir, exist_ok=True)
     workdir = tempfile.mkdtemp(prefix="diskreplay-bench-", dir=args.workdir)
     started = time.perf_counter()
+    code = git_state()  # before the run: what the workers import
     try:
         results = add_ratios(run_all(sizes, repeats, workloads, workdir, lambda m: print(m, file=sys.stderr)))
         facts = machine_facts(workdir)
@@ -809,7 +823,7 @@ def main(argv=None):
     print(f"\n{repeats} process(es) per system; wall time {time.perf_counter() - started:.0f} s", file=sys.stderr)
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"machine": facts, "command": " ".join(["scripts/bench.py"] + (argv or sys.argv[1:])),
+            json.dump({"machine": facts, "code": code, "command": " ".join(["scripts/bench.py"] + (argv or sys.argv[1:])),
                        "quick": args.quick, "repeats": repeats, "sizes": sizes, "results": results,
                        "goals": goal_rows, "wall_s": time.perf_counter() - started}, f, indent=1)
 

@@ -33,6 +33,9 @@ def render(data) -> str:
            f"read_ahead_kb={disk.get('read_ahead_kb')}, scheduler {disk.get('scheduler')}), "
            f"filesystem {disk.get('fs', '?')}",
            f"- Python {m['python']}, numpy {m['numpy']}, h5py {m['h5py']}",
+           f"- code: commit {data.get('code', {}).get('commit', '?')}"
+           + (f" plus uncommitted changes to {', '.join(data['code']['uncommitted'])}"
+              if data.get("code", {}).get("uncommitted") else ""),
            f"- command: `.venv/bin/python {data['command']}` ({data['repeats']} processes per system, "
            f"wall time {data.get('wall_s', 0):.0f} s)", ""]
     res = data["results"]
