@@ -759,17 +759,20 @@ class DiskReplay:
         if self._row_reader is None:
             self._row_reader = RowReader()
         reader = self._row_reader
-        arrays = self._storage.arrays
-        small = [name for name in self._fields if name != "states"]
-        pending = [(name, reader.submit(arrays[name].take, idxs, 0)) for name in small]
+        locations = self._storage.locations
         spec = self._fields["states"]
-        fd, offset, row_bytes = self._storage.locations["states"]
         rows = np.empty((2 * len(idxs),) + spec.shape, spec.dtype)
-        reader.gather(fd, offset, row_bytes, np.concatenate([idxs, ns_slots]), rows)
+        fd, offset, row_bytes = locations["states"]
+        requests = [(fd, offset, row_bytes, np.concatenate([idxs, ns_slots]), rows)]
+        got = {}
+        for name, field in self._fields.items():
+            if name != "states":  # small fields by positioned reads too, all in flight together
+                got[name] = np.empty((len(idxs),) + field.shape, field.dtype)
+                requests.append(locations[name] + (idxs, got[name]))
+        reader.gather_many(requests)
         next_states = rows[len(idxs):]
         if in_buffer.any():
             next_states[in_buffer] = ns_rows.take(buffer_idx[in_buffer], axis=0)
-        got = {name: future.result() for name, future in pending}
         batch = {"states": rows[: len(idxs)], "actions": got["actions"], "rewards": got["rewards"],
                  "next_states": next_states, "dones": got["dones"]}
         for name in self._extra_names:
