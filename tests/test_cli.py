@@ -269,9 +269,11 @@ def test_verify_names_damage(tmp_path, run, backend):
         for pos in (0, size // 2):
             f.seek(pos)
             f.write(b"XXXX")
-    with open(s3 / "meta.bin", "r+b") as f:
+    with open(s3 / "meta.bin", "r+b") as f:  # flip a byte of the check word (never a no-op)
         f.seek(8 * 3)
-        f.write(b"\x55")
+        byte = f.read(1)[0]
+        f.seek(8 * 3)
+        f.write(bytes([byte ^ 0xFF]))
     d = run("verify", s3, "--json").json()
     assert d["ok"] is False
     assert any("checkpoint.bin" in p and "neither" in p for p in d["problems"])
