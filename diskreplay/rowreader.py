@@ -22,7 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-__all__ = ["RowReader"]
+__all__ = ["RowReader", "page_cached"]
 
 
 class RowReader:
@@ -132,12 +132,7 @@ class RowReader:
     def cached(self, fd: int, position: int) -> bool:
         """Whether the page holding byte ``position`` of ``fd`` is in the page cache
         (a one-byte ``RWF_NOWAIT`` read; False when that probe is unavailable)."""
-        if not self.nowait:
-            return False
-        try:
-            return os.preadv(fd, [bytearray(1)], int(position), self._nowait_flag) == 1
-        except OSError:
-            return False
+        return self.nowait and page_cached(fd, position) is True
 
     # ------------------------------------------------------------------ pool access
     def submit(self, fn, *args):
@@ -152,6 +147,24 @@ class RowReader:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def page_cached(fd: int, position: int) -> bool | None:
+    """Whether the page holding byte ``position`` of ``fd`` is in the page cache: a one-byte
+    ``preadv`` with ``RWF_NOWAIT``, which fails at once rather than wait for the disk.
+    None where the kernel or filesystem cannot tell (no ``RWF_NOWAIT`` for buffered reads)."""
+    if _NOWAIT is None:
+        return None
+    try:
+        return os.preadv(fd, [_PROBE_BYTE], int(position), _NOWAIT) == 1
+    except BlockingIOError:
+        return False
+    except OSError:  # EOPNOTSUPP and the like: this file cannot be probed
+        return None
+
+
+_NOWAIT = getattr(os, "RWF_NOWAIT", None)
+_PROBE_BYTE = bytearray(1)  # probes only ask whether the read would block; the byte is discarded
 
 
 def _job_key(job):

@@ -41,15 +41,13 @@ from .fsutil import check_free_space, fsync_dir, io_error
 from .lock import LOCK_FILE, WriterLock, writer_alive
 from .npyfile import create_npy, open_npy
 from .recovery import check_reserve_covers, decide_state, reserve_indices, restore_rows
-from .rowreader import RowReader
+from .rowreader import RowReader, page_cached
 from .rowsums import ROWSUMS_FILE, set_sums_for, torn_slots, update_sums
 from .schema import CORE_FIELDS, FieldSpec, coerce, infer_fields, normalize_fields
 
 CREATING_MARKER = "CREATING"
 LARGE_ROW_BYTES = 16 << 10  # states rows from this size on may be read by parallel preads
-COLD_ROW_SECONDS = 50e-6  # a mapped gather slower than this per row means the rows were on disk
-COLD_PROBE_EVERY = 256  # batches between probes of the mapped path while reading cold
-WARM_READ_SECONDS = 8e-6  # positioned reads faster than this per row were served from RAM
+PROBE_ROWS = 4  # rows of a large-row batch checked for residency before choosing how to gather
 NS_FILE = "ns_buffer.npy"
 DEFAULT_RESERVE_BYTES = 16 << 20
 _RETRIES = 200
@@ -219,7 +217,6 @@ class DiskReplay:
         self._ns_override = None
         self._alive, self._alive_at = False, -1.0
         self._row_reader = None
-        self._cold_reads, self._since_probe = False, 0
         try:
             self._open()
         except BaseException:
@@ -714,34 +711,30 @@ class DiskReplay:
         return arr
 
     def _gather(self, idxs: np.ndarray, head: int, ns_rows: np.ndarray) -> dict:
-        """Rows at ``idxs`` plus their next states; reads only those rows."""
+        """Rows at ``idxs`` plus their next states; reads only those rows.
+
+        Large rows (frames) whose first rows are not in the page cache are read by parallel
+        positioned reads (``_gather_large``); everything else is copied from the gather
+        mapping, the cheapest way when the rows are in RAM."""
         ns_slots, in_buffer, buffer_idx = ring.next_state_sources(idxs, head, self.max_size, self.num_envs)
-        if self._fields["states"].row_bytes >= LARGE_ROW_BYTES:
-            return self._gather_adaptive(idxs, ns_slots, in_buffer, buffer_idx, ns_rows, head)
+        if self._fields["states"].row_bytes >= LARGE_ROW_BYTES and not self._rows_cached(idxs[:PROBE_ROWS]):
+            return self._gather_large(idxs, ns_slots, in_buffer, buffer_idx, ns_rows)
         return self._gather_mapped(idxs, ns_slots, in_buffer, buffer_idx, ns_rows)
 
-    def _gather_adaptive(self, idxs, ns_slots, in_buffer, buffer_idx, ns_rows, head) -> dict:
-        """Large rows: page-fault through the maps while rows are in RAM (cheapest), switch to
-        parallel positioned reads once a batch shows they are not, and probe the maps again
-        now and then. The switch is decided by the time per row of the last batch."""
-        self._since_probe += 1
-        use_reads = self._cold_reads and self._since_probe < COLD_PROBE_EVERY
-        start = time.perf_counter()
-        if use_reads:
-            batch = self._gather_large(idxs, ns_slots, in_buffer, buffer_idx, ns_rows)
-        else:
-            batch = self._gather_mapped(idxs, ns_slots, in_buffer, buffer_idx, ns_rows)
-        per_row = (time.perf_counter() - start) / max(1, 2 * len(idxs))
-        if not use_reads:
-            self._cold_reads = per_row > COLD_ROW_SECONDS
-            self._since_probe = 0
-        elif per_row < WARM_READ_SECONDS:
-            self._since_probe = COLD_PROBE_EVERY  # reads this fast come from RAM: probe the maps next
-        return batch
+    def _rows_cached(self, idxs) -> bool:
+        """Whether the first page of each of these states rows is in the page cache (a
+        one-byte ``RWF_NOWAIT`` read each: a few microseconds, no waiting for the disk).
+        Where the probe is unavailable, rows are taken as cached (the gather mapping reads
+        a missing page alone, never megabytes around it)."""
+        fd, offset, row_bytes = self._storage.locations["states"]
+        for i in idxs.tolist():
+            if page_cached(fd, offset + i * row_bytes) is False:
+                return False
+        return True
 
     def _gather_mapped(self, idxs, ns_slots, in_buffer, buffer_idx, ns_rows) -> dict:
-        """Gather through the memory maps (``take`` copies only the rows asked for)."""
-        arrays = self._storage.arrays
+        """Gather through the gather mapping (``take`` copies only the rows asked for)."""
+        arrays = self._storage.gather_arrays
         states = arrays["states"]
         next_states = states.take(ns_slots, axis=0)
         if in_buffer.any():
@@ -968,23 +961,50 @@ def _fast_add(buf: DiskReplay):
 
 
 def _fast_vector_add(buf: DiskReplay):
-    """``add`` for a vector env: exact-dtype arrays go straight to one slice write per field."""
+    """``add`` for a vector env: exact-dtype arrays go straight to one slice write per field.
+
+    The checks are chained ``is`` tests on cached shapes and dtypes (an equal dtype that is
+    not the same object falls back to ``==``); a step that wraps around the ring end or
+    is due for a flush goes through ``_write_step``."""
     n = buf.num_envs
-    expected = [((n,) + spec.shape, spec.dtype) for spec in buf._fields.values()]
-    expected.append(expected[0])
+    specs = buf._fields
+    (s_shape, s_dt), (a_shape, a_dt), (r_shape, r_dt), (d_shape, d_dt) = (
+        ((n,) + specs[name].shape, specs[name].dtype) for name in ("states", "actions", "rewards", "dones"))
+    states, actions, rewards, dones = buf._arr
+    ns = buf._ns
+    words = buf._words
+    key = buf._key
+    max_size = buf.max_size
     ndarray = np.ndarray
     general = DiskReplay.add
     write = buf._write_step
 
     def add(state, action, reward, next_state, done, **extra):
-        values = [state, action, reward, done, next_state]
-        if not extra:
-            for value, (shape, dtype) in zip(values, expected):
-                if type(value) is not ndarray or value.shape != shape or value.dtype != dtype:
-                    break
-            else:
-                return write(values)
-        return general(buf, state, action, reward, next_state, done, **extra)
+        if (extra or type(state) is not ndarray or type(next_state) is not ndarray
+                or type(action) is not ndarray or type(reward) is not ndarray or type(done) is not ndarray
+                or state.shape != s_shape or next_state.shape != s_shape or action.shape != a_shape
+                or reward.shape != r_shape or done.shape != d_shape
+                or not (state.dtype is s_dt or state.dtype == s_dt)
+                or not (next_state.dtype is s_dt or next_state.dtype == s_dt)
+                or not (action.dtype is a_dt or action.dtype == a_dt)
+                or not (reward.dtype is r_dt or reward.dtype == r_dt)
+                or not (done.dtype is d_dt or done.dtype == d_dt)):
+            return general(buf, state, action, reward, next_state, done, **extra)
+        seen = buf._seen
+        t_end = seen + n
+        start = (seen - buf._base) % max_size
+        stop = start + n
+        if stop > max_size or t_end > buf._flush_before:
+            return write([state, action, reward, done, next_state])
+        words[W_INTENT] = t_end
+        states[start:stop] = state
+        actions[start:stop] = action
+        rewards[start:stop] = reward
+        dones[start:stop] = done
+        ns[(t_end // n) & 1] = next_state
+        words[W_SEEN] = t_end
+        words[W_CHECK] = t_end ^ key
+        buf._seen = t_end
 
     return add
 

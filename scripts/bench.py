@@ -12,9 +12,7 @@ Systems: diskreplay on both backends; the seed's in-RAM design (scripts/seed_rep
 plain preallocated numpy arrays in RAM, next states stored (the limit); plain np.memmap
 files with naive fancy indexing; h5py fancy indexing on chunked datasets (sorted unique
 indices, then reordered; sampling only, its adds are written in blocks and not timed).
-W4 adds "diskreplay-<backend>+pread" (every field gathered by one RowReader.gather_many,
-the gather path recommended for the store) and "np.memmap+random" (MADV_RANDOM mappings);
-W3 reports that path's warm rate too (sample32_pread_per_s, same process as sample32_per_s).
+W4 adds "np.memmap+random" (np.memmap with MADV_RANDOM mappings).
 
 Method: every (workload, system, repeat) is its own process; repeats go round-robin over
 the systems, so a burst of load from elsewhere spreads over all of them. Reported: the
@@ -74,8 +72,7 @@ SYSTEMS = {
     "W1": ["diskreplay-memmap", "diskreplay-hdf5", "seed", "numpy", "np.memmap", "h5py-chunked"],
     "W2": ["diskreplay-memmap", "diskreplay-hdf5", "seed", "numpy", "np.memmap"],
     "W3": ["diskreplay-memmap", "diskreplay-hdf5", "seed", "numpy", "np.memmap", "h5py-chunked"],
-    "W4": ["diskreplay-memmap", "diskreplay-hdf5", "diskreplay-memmap+pread", "diskreplay-hdf5+pread",
-           "np.memmap", "np.memmap+random", "h5py-chunked"],
+    "W4": ["diskreplay-memmap", "diskreplay-hdf5", "np.memmap", "np.memmap+random", "h5py-chunked"],
 }
 BASELINES = ("seed", "numpy", "np.memmap", "h5py-chunked")
 TIME_CAP = 3.0  # seconds: slow systems stop their timed sampling loop early
@@ -173,10 +170,8 @@ class System:
 
 
 class DiskReplaySystem(System):
-    def __init__(self, backend, pread=False):
+    def __init__(self, backend):
         self.backend = backend
-        self.pread = pread
-        self.reader = None
 
     def create(self, spec, path):
         from diskreplay import DiskReplay
@@ -195,28 +190,20 @@ class DiskReplaySystem(System):
         self.buf.add(s, a, r, ns, d)
 
     def sample(self, b):
-        if self.pread:
-            return pread_sample(self.buf, self.reader, b)
         return self.buf.sample(b)
 
     def finish_adds(self):
         self.buf.flush()
 
     def close(self):
-        if self.reader is not None:
-            self.reader.close()
-            self.reader = None
         self.buf.close()
 
     def reopen(self):
         from diskreplay import DiskReplay
-        from diskreplay.rowreader import RowReader
 
         t = time.perf_counter()
         self.buf = DiskReplay.open(self.path, mode="r+")
         elapsed = time.perf_counter() - t
-        if self.pread:
-            self.reader = RowReader(threads=16)
         return elapsed
 
     def checked_files(self):
@@ -226,50 +213,8 @@ class DiskReplaySystem(System):
 
     def mappings(self):
         buf = self.buf
-        return [f.mm for f in buf._storage.files] + [buf._ns_file.mm, buf._sums_file.mm, buf._counters.file.mm]
-
-
-PROBES = 4  # rows probed (RWF_NOWAIT, one byte) to tell a warm batch from a cold one
-
-
-def pread_sample(buf, reader, b):
-    """The recommended gather: the store's sampler; then, when the first PROBES sampled
-    rows are in the page cache, fancy-index takes from the mapping (warm); otherwise every
-    field's rows (states, next states, small fields) by one RowReader.gather_many, all
-    reads in flight at once (cold)."""
-    from diskreplay import ring
-    from diskreplay.counters import W_DRAWS
-
-    size = ring.ring_size(buf._seen, buf._base, buf.max_size)
-    head = ring.ring_head(buf._seen, buf._base, buf.max_size)
-    idxs = buf._sampler.sample_idxs(size, b, buf.use_cer, head)
-    buf._words[W_DRAWS] = buf._sampler.draws  # as sample() does: the stream position is persisted
-    buf.batch_idxs = idxs
-    ns_slots, in_buffer, buffer_idx = ring.next_state_sources(idxs, head, buf.max_size, buf.num_envs)
-    fields, loc = buf._fields, buf._storage.locations
-    fd, offset, row_bytes = loc["states"]
-    if all(reader.cached(fd, offset + int(i) * row_bytes) for i in idxs[:PROBES]):
-        # Warm: the mapping is cheaper than any syscall per row (fancy-index takes).
-        arrays = buf._storage.arrays
-        batch = {name: arrays[name].take(idxs, axis=0) for name in fields}
-        next_states = arrays["states"].take(ns_slots, axis=0)
-        if in_buffer.any():
-            next_states[in_buffer] = buf._current_ns()[buffer_idx[in_buffer]]
-        batch["next_states"] = next_states
-        return batch
-    st = fields["states"]
-    rows = np.empty((2 * b,) + st.shape, st.dtype)
-    batch = {}
-    requests = [loc["states"] + (np.concatenate([idxs, ns_slots]), rows)]
-    for name, spec in fields.items():
-        if name != "states":
-            batch[name] = np.empty((b,) + spec.shape, spec.dtype)
-            requests.append(loc[name] + (idxs, batch[name]))
-    reader.gather_many(requests)
-    batch["states"], batch["next_states"] = rows[:b], rows[b:]
-    if in_buffer.any():
-        batch["next_states"][in_buffer] = buf._current_ns()[buffer_idx[in_buffer]]
-    return batch
+        files = buf._storage.files + [buf._ns_file, buf._sums_file, buf._counters.file]
+        return [m for f in files for m in f.maps]
 
 
 class NumpySystem(System):
@@ -457,8 +402,6 @@ class SeedSystem(System):
 def make_system(name):
     return {"diskreplay-memmap": lambda: DiskReplaySystem("memmap"),
             "diskreplay-hdf5": lambda: DiskReplaySystem("hdf5"),
-            "diskreplay-memmap+pread": lambda: DiskReplaySystem("memmap", pread=True),
-            "diskreplay-hdf5+pread": lambda: DiskReplaySystem("hdf5", pread=True),
             "numpy": NumpySystem, "np.memmap": MemmapSystem,
             "np.memmap+random": lambda: MemmapSystem(random=True),
             "seed": SeedSystem, "h5py-chunked": H5pyChunkedSystem}[name]()
@@ -466,8 +409,7 @@ def make_system(name):
 
 def store_of(system_name):
     """W4 systems sample the store their W3 counterpart built."""
-    return {"diskreplay-memmap+pread": "diskreplay-memmap", "diskreplay-hdf5+pread": "diskreplay-hdf5",
-            "np.memmap+random": "np.memmap"}.get(system_name, system_name)
+    return {"np.memmap+random": "np.memmap"}.get(system_name, system_name)
 
 
 # ---------------------------------------------------------------- one worker run
@@ -526,15 +468,6 @@ def run_worker(workload, system_name, spec, workdir):
         result["open_s"] = system.reopen()
     for b in spec["batches"]:
         result[f"sample{b}_per_s"] = sample_rate(system.sample, b, spec)
-        peak()
-    if workload == "W3" and isinstance(system, DiskReplaySystem):
-        # The recommended gather path (every field by one RowReader.gather_many), warm,
-        # in the same process as the store's own sample() just measured.
-        from diskreplay.rowreader import RowReader
-
-        with RowReader(threads=16) as reader:
-            for b in spec["batches"]:
-                result[f"sample{b}_pread_per_s"] = sample_rate(lambda n: pread_sample(system.buf, reader, n), b, spec)
         peak()
     result["rss_anon_mb"] = peak.value / 2 ** 20
     system.close()
@@ -717,7 +650,7 @@ def add_ratios(results):
                 if not is_rate(key) and key != "cold_ms_per_batch":
                     continue
                 for base in BASELINES:
-                    ref = systems.get(base, {}).get(key.replace("_pread", ""))
+                    ref = systems.get(base, {}).get(key)
                     if ref and ref["median"] and base != name:
                         r = value["median"] / ref["median"]
                         value[f"x_{base}"] = 1 / r if key == "cold_ms_per_batch" else r
@@ -742,15 +675,10 @@ def goals(results):
             v = results.get(w, {}).get(name, {}).get(key, {})
             if f"x_{base}" in v:
                 rows.append({"system": name, "goal": what, "value": v[f"x_{base}"], "met": v[f"x_{base}"] >= want})
-        v = results.get("W3", {}).get(name, {}).get("sample32_pread_per_s", {})
-        if "x_np.memmap" in v:
-            rows.append({"system": name + "+pread", "goal": "W3 warm sample >= 1.0x np.memmap",
-                         "value": v["x_np.memmap"], "met": v["x_np.memmap"] >= 1.0})
-        for sysname in (name, name + "+pread"):
-            v = results.get("W4", {}).get(sysname, {}).get("sample32_per_s")
-            if v:
-                rows.append({"system": sysname, "goal": "W4 cold >= 500 batches/s of 32", "value": v["median"],
-                             "met": v["median"] >= 500})
+        v = results.get("W4", {}).get(name, {}).get("sample32_per_s")
+        if v:
+            rows.append({"system": name, "goal": "W4 cold >= 500 batches/s of 32", "value": v["median"],
+                         "met": v["median"] >= 500})
         v = results.get("W3", {}).get(name, {}).get("rss_anon_mb")
         if v:
             rows.append({"system": name, "goal": "W3 RssAnon < 100 MB", "value": v["max"], "met": v["max"] < 100})

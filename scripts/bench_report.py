@@ -11,7 +11,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench import BASELINES, fmt, goals_table  # noqa: E402
 
-MAIN_METRICS = ("add_per_s", "sample32_per_s", "sample32_pread_per_s", "sample256_per_s")
+MAIN_METRICS = ("add_per_s", "sample32_per_s", "sample256_per_s")
 
 
 def ratio_cell(v, base):
@@ -48,7 +48,7 @@ def render(data) -> str:
                 if key in metrics:
                     v = metrics[key]
                     unit = "transitions/s" if key.startswith("add") else "batches/s"
-                    label = f"{key.replace('_per_s', '').replace('_pread', ' via gather_many')} ({unit})"
+                    label = f"{key.replace('_per_s', '')} ({unit})"
                     if w == "W4":
                         label = "cold sample b=32 (batches/s)"
                     out.append(f"| {w} | {name} | {label} | {fmt(v['median'])} | {spread(v)} | "

@@ -59,7 +59,7 @@ def main():
     checked = [f for f in files if os.path.basename(f) not in ("meta.bin", "lock")]
     if args.keep_small:  # memmap stores: states.npy only (an hdf5 store holds every field in one file)
         files = checked = [f for f in files if os.path.basename(f) == "states.npy"]
-    mappings = [f.mm for f in buf._storage.files] + [buf._ns_file.mm, buf._sums_file.mm, buf._counters.file.mm]
+    mappings = [m for f in buf._storage.files + [buf._ns_file, buf._sums_file, buf._counters.file] for m in f.maps]
     variants = {
         "store.sample()-like (states pread, small fields page faults)": None,
         "threads=16 plain": RowReader(16, nowait=False, hint=False),
@@ -86,7 +86,7 @@ def main():
                 before = bench.read_bytes()
                 t = time.perf_counter()
                 if reader is None:  # what DiskReplay._gather_large does today
-                    arrays = buf._storage.arrays
+                    arrays = buf._storage.gather_arrays
                     futs = [store_reader.submit(arrays[n].take, idxs, 0) for n in ("actions", "rewards", "dones")]
                     store_reader.gather_many(reqs[:1])
                     [f.result() for f in futs]

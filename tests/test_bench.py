@@ -16,8 +16,7 @@ from diskreplay.rowreader import RowReader
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-W4_SYSTEMS = {"diskreplay-memmap", "diskreplay-hdf5", "diskreplay-memmap+pread", "diskreplay-hdf5+pread",
-              "np.memmap", "np.memmap+random", "h5py-chunked"}
+W4_SYSTEMS = {"diskreplay-memmap", "diskreplay-hdf5", "np.memmap", "np.memmap+random", "h5py-chunked"}
 SYSTEMS = {
     "W1": {"diskreplay-memmap", "diskreplay-hdf5", "seed", "numpy", "np.memmap", "h5py-chunked"},
     "W2": {"diskreplay-memmap", "diskreplay-hdf5", "seed", "numpy", "np.memmap"},

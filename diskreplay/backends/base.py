@@ -16,6 +16,7 @@ class MappedFile:
     def __init__(self, path: str, writable: bool):
         self.path = path
         self.writable = writable
+        self.rmm, self.read_fd = None, -1
         try:
             self.fd = os.open(path, os.O_RDWR if writable else os.O_RDONLY)
         except FileNotFoundError as exc:
@@ -46,10 +47,38 @@ class MappedFile:
             arr.flags.writeable = False
         return arr
 
-    def advise_random(self) -> None:
-        """No read-ahead on page faults: random row access would otherwise read megabytes per row."""
+    def open_for_gathers(self) -> None:
+        """A second, read-only view of the file for random row gathers (``gather_array``).
+
+        The main mapping keeps the kernel's default advice: pages written through it, and
+        sequential scans, come in large folios with read-ahead, so ring writes and verify
+        run at memory speed. Random gathers go through a mapping advised ``MADV_RANDOM``
+        (a page fault on a row not in RAM reads that page, not megabytes around it) and
+        positioned reads through a descriptor advised ``POSIX_FADV_RANDOM`` (``read_fd``):
+        advice is per mapping and per open file, so the two uses do not disturb each other.
+        """
+        if self.rmm is not None:
+            return
+        try:
+            self.read_fd = os.open(self.path, os.O_RDONLY)
+            os.posix_fadvise(self.read_fd, 0, 0, os.POSIX_FADV_RANDOM)
+            self.rmm = mmap.mmap(self.read_fd, self.size, mmap.MAP_SHARED, mmap.PROT_READ)
+        except OSError as exc:
+            self._close_gather_view()
+            raise io_error(f"mapping {self.path} for reading", exc) from exc
         if hasattr(mmap, "MADV_RANDOM"):
-            self.mm.madvise(mmap.MADV_RANDOM)
+            self.rmm.madvise(mmap.MADV_RANDOM)
+
+    def gather_array(self, offset: int, shape: tuple, dtype: np.dtype) -> np.ndarray:
+        """A read-only ndarray view of the gather mapping (``open_for_gathers`` first)."""
+        arr = np.ndarray(shape, dtype, buffer=self.rmm, offset=offset)
+        arr.flags.writeable = False
+        return arr
+
+    @property
+    def maps(self) -> list:
+        """Every mapping of this file (for tools that drop a process's mapped pages)."""
+        return [m for m in (self.mm, self.rmm) if m is not None]
 
     def sync(self) -> None:
         """Write dirty pages of the mapping to disk (msync, then fsync for the metadata)."""
@@ -60,6 +89,7 @@ class MappedFile:
             raise io_error(f"syncing {self.path}", exc) from exc
 
     def close(self) -> None:
+        self._close_gather_view()
         if self.mm is not None:
             try:
                 self.mm.close()
@@ -70,16 +100,31 @@ class MappedFile:
             os.close(self.fd)
             self.fd = -1
 
+    def _close_gather_view(self) -> None:
+        if self.rmm is not None:
+            try:
+                self.rmm.close()
+            except BufferError:
+                pass
+            self.rmm = None
+        if self.read_fd >= 0:
+            os.close(self.read_fd)
+            self.read_fd = -1
+
 
 class RowStorage:
     """The opened data of a store: one ndarray of ``max_size`` rows per field.
 
-    ``locations[name]`` is ``(fd, offset, row_bytes)`` for positioned reads of whole rows.
+    ``arrays[name]`` is the view to write rows through and to scan in order;
+    ``gather_arrays[name]`` the read-only view for random gathers (``MADV_RANDOM``);
+    ``locations[name]`` is ``(fd, offset, row_bytes)`` for positioned reads of whole rows
+    (``fd`` advised ``POSIX_FADV_RANDOM``).
     """
 
-    def __init__(self, files: list[MappedFile], arrays: dict, locations: dict):
+    def __init__(self, files: list[MappedFile], arrays: dict, gather_arrays: dict, locations: dict):
         self.files = files
         self.arrays = arrays
+        self.gather_arrays = gather_arrays
         self.locations = locations
 
     def sync(self) -> None:
@@ -88,6 +133,7 @@ class RowStorage:
 
     def close(self) -> None:
         self.arrays.clear()
+        self.gather_arrays.clear()
         for f in self.files:
             f.close()
         self.files = []

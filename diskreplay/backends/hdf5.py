@@ -80,12 +80,14 @@ class HDF5Backend(Backend):
         try:
             arrays = {name: mapped.array(offsets[name], (max_size,) + spec.shape, spec.dtype)
                       for name, spec in fields.items()}
+            mapped.open_for_gathers()
         except BaseException:
             mapped.close()
             raise
-        mapped.advise_random()
-        locations = {name: (mapped.fd, offsets[name], spec.row_bytes) for name, spec in fields.items()}
-        return RowStorage([mapped], arrays, locations)
+        gather_arrays = {name: mapped.gather_array(offsets[name], arr.shape, arr.dtype)
+                         for name, arr in arrays.items()}
+        locations = {name: (mapped.read_fd, offsets[name], spec.row_bytes) for name, spec in fields.items()}
+        return RowStorage([mapped], arrays, gather_arrays, locations)
 
 
 def _superblock_eof(path: str) -> int | None:

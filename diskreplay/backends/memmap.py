@@ -21,18 +21,20 @@ class MemmapBackend(Backend):
     def open(self, directory, fields, max_size, writable) -> RowStorage:
         from ..npyfile import open_npy
 
-        files, arrays, locations = [], {}, {}
+        files, arrays, gather_arrays, locations = [], {}, {}, {}
         try:
             for name, spec in fields.items():
                 mapped, arr, offset = open_npy(
                     os.path.join(directory, f"{name}.npy"), (max_size,) + spec.shape, spec.dtype, writable)
                 files.append(mapped)
                 arrays[name] = arr
-                locations[name] = (mapped.fd, offset, spec.row_bytes)
-                mapped.advise_random()
+                mapped.open_for_gathers()
+                gather_arrays[name] = mapped.gather_array(offset, arr.shape, arr.dtype)
+                locations[name] = (mapped.read_fd, offset, spec.row_bytes)
         except BaseException:
             arrays.clear()
+            gather_arrays.clear()
             for f in files:
                 f.close()
             raise
-        return RowStorage(files, arrays, locations)
+        return RowStorage(files, arrays, gather_arrays, locations)
