@@ -1,6 +1,7 @@
 """The benchmark keeps running (one --quick run: structure, never time), and the two
 helpers it measures, RowReader and Prefetcher, are correct."""
 import json
+import mmap
 import os
 import subprocess
 import sys
@@ -12,7 +13,7 @@ import pytest
 
 from diskreplay import DiskReplay
 from diskreplay.prefetch import Prefetcher
-from diskreplay.rowreader import RowReader
+from diskreplay.rowreader import RowReader, page_cached
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -117,6 +118,54 @@ def test_rowreader_gathers_what_fancy_indexing_gives(tmp_path, backend, options)
                 np.testing.assert_array_equal(out, arr[idxs[::-1]], err_msg=name)
             empty = np.empty((0, 3, 5), np.float32)
             assert reader.gather(*buf._storage.locations["states"], [], empty) is empty
+    finally:
+        buf.close()
+
+
+def test_page_cached_tells_resident_pages_from_dropped_ones(tmp_path):
+    path = tmp_path / "f"
+    path.write_bytes(os.urandom(64 * 4096))
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)  # dirty pages cannot be dropped
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        assert page_cached(fd, 10 * 4096) is False
+        os.pread(fd, 1, 10 * 4096 + 7)
+        assert page_cached(fd, 10 * 4096) is True
+        assert page_cached(fd, 40 * 4096) is False  # one page read, no read-ahead: fd is not advised
+    finally:
+        os.close(fd)
+
+
+def test_cold_large_rows_are_read_by_positioned_reads(tmp_path, monkeypatch):
+    """After the page cache drops a store's frames, sample() takes the parallel-read path
+    (decided by the residency probe), reads the same rows, and the next batch is warm."""
+    fields = {"states": ((4, 64, 64), "uint8"), "actions": ((), "int64"), "rewards": ((), "float32"),
+              "dones": ((), "bool")}
+    rng = np.random.default_rng(3)
+    frames = rng.integers(0, 255, (40, 4, 64, 64), dtype=np.uint8)
+    buf = DiskReplay.create(tmp_path / "s", 40, fields=fields, seed=4)
+    for t in range(40):
+        buf.add(frames[t], t, float(t), frames[(t + 1) % 40], False)
+    buf.close()
+    buf = DiskReplay.open(tmp_path / "s", mode="r")
+    try:
+        for f in buf._storage.files:
+            for m in f.maps:
+                m.madvise(mmap.MADV_DONTNEED)
+            os.posix_fadvise(f.fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        taken = []
+        real = DiskReplay._gather_large
+        monkeypatch.setattr(buf, "_gather_large", lambda *a: taken.append(1) or real(buf, *a), raising=False)
+        batch = buf.sample(16)
+        assert taken == [1]
+        np.testing.assert_array_equal(batch["states"], frames[buf.batch_idxs])
+        np.testing.assert_array_equal(batch["actions"], buf.batch_idxs)
+        buf.get(np.arange(40))  # brings every row into RAM, by whichever path
+        before = len(taken)
+        batch = buf.sample(16)
+        assert len(taken) == before  # warm now: the gather mapping
+        np.testing.assert_array_equal(batch["states"], frames[buf.batch_idxs])
     finally:
         buf.close()
 

@@ -12,6 +12,7 @@ from conftest import BACKENDS, cartpole_fields, step_values
 from diskreplay import (DiskReplay, DiskReplayError, EmptyStoreError, IncompleteStoreError,
                         IndexOutOfRangeError, InvalidArgumentError, NotAStoreError, ReadOnlyError,
                         SchemaMismatchError, StoreExistsError, StoreNotFoundError)
+import diskreplay.store as store_module
 from diskreplay.ring import next_state_sources
 from model import ReplayModel
 
@@ -523,8 +524,9 @@ def test_row_checksums_detect_a_damaged_row(tmp_path, backend):
         assert checked == 10 and bad == [5]
 
 
-def test_large_rows_take_the_parallel_read_path(tmp_path, backend):
-    """Frames of 16 KiB and more are gathered by positioned reads; contents must not change."""
+def test_large_rows_take_the_parallel_read_path(tmp_path, backend, monkeypatch):
+    """Frames of 16 KiB and more whose first rows are not in RAM are gathered by positioned
+    reads, the others through the gather mapping; contents are the same either way."""
     shape = (4, 64, 64)
     fields = cartpole_fields(shape, "uint8")
     model = ReplayModel(7, 2)
@@ -539,11 +541,17 @@ def test_large_rows_take_the_parallel_read_path(tmp_path, backend):
                     model.add(*values)
             reader = buf if mode == "r+" else DiskReplay.open(path, mode="r")
             for cold in (False, True):
-                reader._cold_reads = cold  # the mapped path, then the parallel-read path
+                monkeypatch.setattr(store_module, "page_cached", lambda fd, pos, cold=cold: not cold)
+                taken = []
+                real = type(reader)._gather_large
+                monkeypatch.setattr(reader, "_gather_large", lambda *a: taken.append(1) or real(reader, *a),
+                                    raising=False)
                 batch = reader.sample(50)
+                assert bool(taken) == cold
                 want = model.get(reader.batch_idxs)
                 for key in want:
                     np.testing.assert_array_equal(batch[key], want[key], err_msg=key)
+                monkeypatch.undo()
             if reader is not buf:
                 reader.close()
 
