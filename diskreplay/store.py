@@ -46,7 +46,7 @@ from .rowsums import ROWSUMS_FILE, set_sums_for, torn_slots, update_sums
 from .schema import CORE_FIELDS, FieldSpec, coerce, infer_fields, normalize_fields
 
 CREATING_MARKER = "CREATING"
-LARGE_ROW_BYTES = 16 << 10  # states rows from this size on may be read by parallel preads
+LARGE_ROW_BYTES = 16 << 10  # states rows from this size on may be read by hinted positioned reads
 PROBE_ROWS = 4  # rows of a large-row batch checked for residency before choosing how to gather
 NS_FILE = "ns_buffer.npy"
 DEFAULT_RESERVE_BYTES = 16 << 20
@@ -713,8 +713,8 @@ class DiskReplay:
     def _gather(self, idxs: np.ndarray, head: int, ns_rows: np.ndarray) -> dict:
         """Rows at ``idxs`` plus their next states; reads only those rows.
 
-        Large rows (frames) whose first rows are not in the page cache are read by parallel
-        positioned reads (``_gather_large``); everything else is copied from the gather
+        Large rows (frames) whose first rows are not in the page cache are read by
+        positioned reads behind read-ahead hints for the whole batch (``_gather_large``); everything else is copied from the gather
         mapping, the cheapest way when the rows are in RAM."""
         ns_slots, in_buffer, buffer_idx = ring.next_state_sources(idxs, head, self.max_size, self.num_envs)
         if self._fields["states"].row_bytes >= LARGE_ROW_BYTES and not self._rows_cached(idxs[:PROBE_ROWS]):
@@ -747,8 +747,9 @@ class DiskReplay:
         return batch
 
     def _gather_large(self, idxs, ns_slots, in_buffer, buffer_idx, ns_rows) -> dict:
-        """Large rows (frames): states and next states by parallel positioned reads of whole
-        rows, small fields gathered concurrently, so rows not in RAM are read many at a time."""
+        """Large rows (frames) not in RAM: every field's rows (states, next states, small
+        fields) by one ``RowReader.gather_many``, which announces all of the batch's reads to
+        the kernel before copying any, so the disk serves them many at a time."""
         if self._row_reader is None:
             self._row_reader = RowReader()
         reader = self._row_reader

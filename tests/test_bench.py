@@ -13,7 +13,7 @@ import pytest
 
 from diskreplay import DiskReplay
 from diskreplay.prefetch import Prefetcher
-from diskreplay.rowreader import RowReader, page_cached
+from diskreplay.rowreader import PAGE, RowReader, _page_ranges, page_cached
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -120,6 +120,22 @@ def test_rowreader_gathers_what_fancy_indexing_gives(tmp_path, backend, options)
             assert reader.gather(*buf._storage.locations["states"], [], empty) is empty
     finally:
         buf.close()
+
+
+def test_read_ahead_hints_cover_exactly_the_pages_of_the_rows():
+    rng = np.random.default_rng(5)
+    for row_bytes in (1, 8, 100, PAGE, 28_224):
+        for _ in range(50):
+            positions = np.sort(rng.integers(0, 200 * PAGE, rng.integers(1, 40))) + 128
+            ranges = _page_ranges(positions.tolist(), row_bytes)
+            wanted = set()
+            for p in positions.tolist():
+                wanted.update(range(p // PAGE, (p + row_bytes - 1) // PAGE + 1))
+            covered = [page for start, length in ranges for page in range(start // PAGE, (start + length) // PAGE)]
+            assert len(covered) == len(set(covered)) and set(covered) == wanted  # no page twice, none extra
+            assert all(start % PAGE == 0 and length % PAGE == 0 for start, length in ranges)
+            ends = [start + length for start, length in ranges]
+            assert all(nxt > end for end, (nxt, _) in zip(ends, ranges[1:]))  # merged: a gap between runs
 
 
 def test_page_cached_tells_resident_pages_from_dropped_ones(tmp_path):
