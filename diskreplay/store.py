@@ -216,6 +216,7 @@ class DiskReplay:
         self.recovery_note: str | None = None
         self._ns_override = None
         self._alive, self._alive_at = False, -1.0
+        self._dead_view = None  # (record, view) of a dead writer's store, see _dead_writer_view
         self._row_reader = None
         try:
             self._open()
@@ -341,18 +342,26 @@ class DiskReplay:
             if now - self._alive_at > _ALIVE_TTL:  # /proc/locks is not free: ask at most every 0.2 s
                 self._alive, self._alive_at = writer_alive(self._dir), now
             if not self._alive:
-                checkpoint = self._ckfile.newest()
-                state = decide_state(self._counters, checkpoint, self.num_envs, self._reserve_rows,
-                                     self._ckfile.both_valid)
-                seen, base, draws, resets = state.seen, state.base, state.draws, state.resets
-                if state.restore_to > state.restore_from:
-                    overlay = (state.restore_from, state.restore_to)
-                if state.from_checkpoint:
-                    self._ns_override = self._ckfile.read_ns(checkpoint.slot, self.num_envs)
+                record = (key, seen, intent, base, draws, resets)
+                if self._dead_view is None or self._dead_view[0] != record:
+                    self._dead_view = (record, self._dead_writer_view())
+                seen, base, draws, resets, overlay, checkpoint, self._ns_override = self._dead_view[1]
         self._seen, self._base, self._draws, self._resets = seen, base, draws, resets
         self._reader_state = (key, overlay, checkpoint)
         if self._fields is None and seen:
             raise CorruptStoreError(f"{self._counters.path}: seen_size is {seen} but the store has no fields")
+
+    def _dead_writer_view(self) -> tuple:
+        """What recovery would make of a dead writer's record, applied virtually: counters,
+        the rows to patch from the undo reserve, and the ns_buffer. Reading and checking
+        the checkpoint is costly, so ``_refresh_reader`` reuses this while the record stays
+        as it is (only a new writer changes it, and that writer is alive)."""
+        checkpoint = self._ckfile.newest()
+        state = decide_state(self._counters, checkpoint, self.num_envs, self._reserve_rows,
+                             self._ckfile.both_valid)
+        overlay = (state.restore_from, state.restore_to) if state.restore_to > state.restore_from else None
+        ns = self._ckfile.read_ns(checkpoint.slot, self.num_envs) if state.from_checkpoint else None
+        return state.seen, state.base, state.draws, state.resets, overlay, checkpoint, ns
 
     def _check_clean_record(self) -> None:
         """A record marked clean must agree with the checkpoint close() wrote (readers check once)."""

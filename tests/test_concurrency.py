@@ -13,7 +13,7 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from crash_common import add_step, crash_fields, store_problems  # noqa: E402
+from crash_common import add_step, crash_fields, row_problems, store_problems  # noqa: E402
 from crash_harness import CHILD, Acks  # noqa: E402
 
 from diskreplay import DiskReplay  # noqa: E402
@@ -92,6 +92,41 @@ def test_second_writer_refused_and_lock_gone_after_kill9(tmp_path, backend):
         add_step(buf, 11)
     with DiskReplay.open(store, mode="r+") as buf:
         assert buf.seen_size == 11
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_reader_of_a_dead_writers_store_checks_the_checkpoint_once_per_record(tmp_path, backend, monkeypatch):
+    """A reader applies recovery virtually while the writer is dead; the checkpoint is read
+    and checked once per state of the counter record, not once per sample."""
+    store = str(tmp_path / "dead.replay")
+    with DiskReplay.create(store, 37, backend=backend, fields=crash_fields()) as buf:
+        for t in range(1, 11):
+            add_step(buf, t)
+    acks = Acks(str(tmp_path / "acks.txt"))
+
+    def hold_and_kill():
+        acks.reset()
+        holder = subprocess.Popen([sys.executable, CHILD, store, "--acks", acks.path, "--hold"])
+        try:
+            assert _wait_ready(acks, holder) == 10
+        finally:
+            holder.send_signal(signal.SIGKILL)
+            holder.wait()
+
+    hold_and_kill()
+    with DiskReplay.open(store, mode="r") as reader:
+        calls = []
+        newest = reader._ckfile.newest
+        monkeypatch.setattr(reader._ckfile, "newest", lambda: calls.append(1) or newest())
+        first = [reader.sample(8) for _ in range(20)]
+        assert len(calls) == 0  # open() read it; the record has not changed since
+        hold_and_kill()  # a new writer recovered and died: a new record (new key)
+        reader._alive_at = -1.0  # ask /proc/locks again now rather than after its 0.2 s
+        later = [reader.sample(8) for _ in range(5)]
+        assert len(calls) == 1 and reader.seen_size == 10
+        for batch in first + later:
+            assert row_problems(batch, np.asarray(batch["actions"], np.int64), 1, None) == []
+        monkeypatch.undo()
 
 
 @pytest.fixture
