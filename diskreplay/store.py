@@ -47,7 +47,8 @@ from .schema import CORE_FIELDS, FieldSpec, coerce, infer_fields, normalize_fiel
 
 CREATING_MARKER = "CREATING"
 LARGE_ROW_BYTES = 16 << 10  # states rows from this size on may be read by hinted positioned reads
-PROBE_ROWS = 4  # rows of a large-row batch checked for residency before choosing how to gather
+PROBE_ROWS = 2  # rows of a large-row batch checked for residency before choosing how to gather
+WARM_STREAK = 256  # probes in a row that found their row in RAM before the mapping is trusted again
 NS_FILE = "ns_buffer.npy"
 DEFAULT_RESERVE_BYTES = 16 << 20
 _RETRIES = 200
@@ -218,6 +219,7 @@ class DiskReplay:
         self._alive, self._alive_at = False, -1.0
         self._dead_view = None  # (record, view) of a dead writer's store, see _dead_writer_view
         self._row_reader = None
+        self._probe_streak = WARM_STREAK  # a fresh store is taken as in RAM until a probe says otherwise
         try:
             self._open()
         except BaseException:
@@ -446,6 +448,7 @@ class DiskReplay:
         if self._fields is None:
             return
         arrays = self._storage.arrays
+        self._large_rows = self._fields["states"].row_bytes >= LARGE_ROW_BYTES
         self._arr = [arrays[name] for name in self._fields]
         self._extra_names = tuple(name for name in self._fields if name not in CORE_FIELDS)
         self._extra_set = frozenset(self._extra_names)
@@ -726,20 +729,27 @@ class DiskReplay:
         positioned reads behind read-ahead hints for the whole batch (``_gather_large``); everything else is copied from the gather
         mapping, the cheapest way when the rows are in RAM."""
         ns_slots, in_buffer, buffer_idx = ring.next_state_sources(idxs, head, self.max_size, self.num_envs)
-        if self._fields["states"].row_bytes >= LARGE_ROW_BYTES and not self._rows_cached(idxs[:PROBE_ROWS]):
+        if self._large_rows and not self._rows_cached(idxs[:PROBE_ROWS]):
             return self._gather_large(idxs, ns_slots, in_buffer, buffer_idx, ns_rows)
         return self._gather_mapped(idxs, ns_slots, in_buffer, buffer_idx, ns_rows)
 
     def _rows_cached(self, idxs) -> bool:
-        """Whether the first page of each of these states rows is in the page cache (a
-        one-byte ``RWF_NOWAIT`` read each: a few microseconds, no waiting for the disk).
-        Where the probe is unavailable, rows are taken as cached (the gather mapping reads
-        a missing page alone, never megabytes around it)."""
+        """Whether to copy a large-row batch from the gather mapping: the first page of each
+        of these rows is in the page cache (a one-byte ``RWF_NOWAIT`` read each, a
+        microsecond, no waiting for the disk) and so were the last ``WARM_STREAK`` probed.
+
+        Through the mapping a row not in RAM costs a page fault per page, one after the
+        other (hundreds of microseconds a frame), while positioned reads copy cached rows
+        for a few microseconds more and overlap the misses; so the mapping is used only
+        while misses are rarer than about one row in a few hundred. Where the probe is
+        unavailable, rows are taken as cached."""
         fd, offset, row_bytes = self._storage.locations["states"]
         for i in idxs.tolist():
             if page_cached(fd, offset + i * row_bytes) is False:
+                self._probe_streak = 0
                 return False
-        return True
+            self._probe_streak += 1
+        return self._probe_streak >= WARM_STREAK
 
     def _gather_mapped(self, idxs, ns_slots, in_buffer, buffer_idx, ns_rows) -> dict:
         """Gather through the gather mapping (``take`` copies only the rows asked for)."""

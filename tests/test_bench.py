@@ -11,6 +11,7 @@ import time
 import numpy as np
 import pytest
 
+import diskreplay.store as store_module
 from diskreplay import DiskReplay
 from diskreplay.prefetch import Prefetcher
 from diskreplay.rowreader import PAGE, RowReader, _page_ranges, page_cached
@@ -178,9 +179,16 @@ def test_cold_large_rows_are_read_by_positioned_reads(tmp_path, monkeypatch):
         np.testing.assert_array_equal(batch["states"], frames[buf.batch_idxs])
         np.testing.assert_array_equal(batch["actions"], buf.batch_idxs)
         buf.get(np.arange(40))  # brings every row into RAM, by whichever path
+        # The mapping is trusted again after WARM_STREAK probes in a row found their rows.
+        probes_per_batch = min(16, store_module.PROBE_ROWS)
+        warming = -(-store_module.WARM_STREAK // probes_per_batch)
+        buf._probe_streak = 0  # as right after a probe miss
         before = len(taken)
+        for _ in range(warming - 1):
+            buf.sample(16)
+        assert len(taken) == before + warming - 1
         batch = buf.sample(16)
-        assert len(taken) == before  # warm now: the gather mapping
+        assert len(taken) == before + warming - 1  # warm now: the gather mapping
         np.testing.assert_array_equal(batch["states"], frames[buf.batch_idxs])
     finally:
         buf.close()
