@@ -1,8 +1,11 @@
 """``meta.bin``: the live counters of a store, one memory-mapped page of int64 words.
 
-The writer commits an add by storing ``seen`` and its check word; a process crash
-cannot tear an aligned 8-byte store, and a power cut is handled by ignoring this
-file in favour of the last checkpoint (the boot id tells the two apart).
+The writer commits an add by storing ``seen`` and then its check word (``seen ^ key``); a
+process crash cannot tear an aligned 8-byte store, and a power cut is handled by ignoring
+this file in favour of the last checkpoint (the boot id tells the two apart). A writer
+killed between those two stores leaves ``seen`` one step ahead of the check word: the
+committed ``seen_size`` is the one the check word vouches for, and that step counts as in
+flight (its ``add`` had not returned).
 """
 from __future__ import annotations
 
@@ -68,8 +71,9 @@ class Counters:
             return "bad magic number"
         if w[W_VERSION] != 1:
             return f"unknown record version {w[W_VERSION]}"
-        seen, base = w[W_SEEN], w[W_BASE]
-        if seen ^ w[W_KEY] != w[W_CHECK]:
+        seen, base = w[W_CHECK] ^ w[W_KEY], w[W_BASE]
+        stored = w[W_SEEN]
+        if stored != seen and not (stored == seen + num_envs and w[W_INTENT] == stored):
             return "seen_size and its check word disagree"
         if not (0 <= base <= seen) or seen % num_envs or base % num_envs:
             return f"seen_size {seen} / reset base {base} are not valid for {num_envs} envs"
@@ -80,10 +84,11 @@ class Counters:
         return None
 
     def snapshot(self) -> tuple:
-        """(seen, intent, base, draws, resets) read in an order safe against a live writer."""
+        """(seen, intent, base, draws, resets) read in an order safe against a live writer;
+        ``seen`` is the one the check word vouches for (see the module docstring)."""
         w = self.words
         resets = int(w[W_RESETS])
-        seen = int(w[W_SEEN])
+        seen = int(w[W_CHECK]) ^ int(w[W_KEY])
         return seen, int(w[W_INTENT]), int(w[W_BASE]), int(w[W_DRAWS]), resets
 
     def commit_state(self, seen: int, base: int, draws: int, resets: int) -> None:
@@ -99,7 +104,8 @@ class Counters:
         w[W_CHECK] = seen ^ int(w[W_KEY])
 
     def claim(self, boot: int, pid: int, key: int) -> None:
-        """Mark the record as held by a live writer of this boot."""
+        """Mark the record as held by a live writer of this boot (after recovery committed
+        a whole state, so ``seen`` and its check word agree)."""
         w = self.words
         seen = int(w[W_SEEN])
         w[W_KEY] = key
