@@ -126,6 +126,11 @@ class CheckpointFile:
             remaining -= len(chunk)
         return crc
 
+    def header_bytes(self) -> bytes:
+        """Both slots' headers as stored (two small reads): they change with every
+        completed checkpoint write, since the header is written last."""
+        return b"".join(os.pread(self.fd, _HEADER.size, self.layout.slot_offset(slot)) for slot in (0, 1))
+
     def newest(self) -> Checkpoint | None:
         """The valid checkpoint with the highest generation (None if neither slot is valid)."""
         found = [c for c in (self.read_header(0), self.read_header(1)) if c is not None]

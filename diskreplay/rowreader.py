@@ -189,8 +189,10 @@ def _job_position(job):
 def _page_ranges(positions, row_bytes: int) -> list:
     """``(start, length)`` byte ranges of whole pages covering rows at ``positions``
     (sorted), overlapping and adjacent pages merged: exactly the pages the rows occupy,
-    in as few requests as that allows."""
+    in as few requests as that allows. ``positions`` must be in ascending order."""
     pos = np.asarray(positions, dtype=np.int64)
+    if not len(pos):
+        return []
     first = pos // PAGE
     last = np.maximum.accumulate((pos + row_bytes - 1) // PAGE)
     new_run = np.empty(len(pos), dtype=bool)

@@ -20,6 +20,7 @@ import os
 import secrets
 import shutil
 import threading
+import weakref
 import time
 import warnings
 from typing import Callable
@@ -218,6 +219,8 @@ class DiskReplay:
         self._ns_override = None
         self._alive, self._alive_at = False, -1.0
         self._dead_view = None  # (record, view) of a dead writer's store, see _dead_writer_view
+        self._hot = False  # the specialised add may write (see _bind_hot_path)
+        self._prefetchers = weakref.WeakSet()  # live batches() iterators, closed with the store
         self._row_reader = None
         self._probe_streak = WARM_STREAK  # a fresh store is taken as in RAM until a probe says otherwise
         try:
@@ -338,17 +341,20 @@ class DiskReplay:
         seen, intent, base, draws, resets = self._counters.snapshot()
         overlay = None
         checkpoint = None
-        self._ns_override = None
+        ns_override = None
         if self._fields is not None and int(words[W_CLEAN]) != 1:
             now = time.monotonic()
             if now - self._alive_at > _ALIVE_TTL:  # /proc/locks is not free: ask at most every 0.2 s
                 self._alive, self._alive_at = writer_alive(self._dir), now
             if not self._alive:
-                record = (key, seen, intent, base, draws, resets)
+                # A checkpoint rewritten since (a flush by a writer that died after it) changes
+                # its header, which is written last: part of the record too.
+                record = (key, seen, intent, base, draws, resets, self._ckfile.header_bytes())
                 if self._dead_view is None or self._dead_view[0] != record:
                     self._dead_view = (record, self._dead_writer_view())
-                seen, base, draws, resets, overlay, checkpoint, self._ns_override = self._dead_view[1]
+                seen, base, draws, resets, overlay, checkpoint, ns_override = self._dead_view[1]
         self._seen, self._base, self._draws, self._resets = seen, base, draws, resets
+        self._ns_override = ns_override
         self._reader_state = (key, overlay, checkpoint)
         if self._fields is None and seen:
             raise CorruptStoreError(f"{self._counters.path}: seen_size is {seen} but the store has no fields")
@@ -357,7 +363,7 @@ class DiskReplay:
         """What recovery would make of a dead writer's record, applied virtually: counters,
         the rows to patch from the undo reserve, and the ns_buffer. Reading and checking
         the checkpoint is costly, so ``_refresh_reader`` reuses this while the record stays
-        as it is (only a new writer changes it, and that writer is alive)."""
+        as it is, checkpoint headers included (only a new writer changes either)."""
         checkpoint = self._ckfile.newest()
         state = decide_state(self._counters, checkpoint, self.num_envs, self._reserve_rows,
                              self._ckfile.both_valid)
@@ -454,6 +460,7 @@ class DiskReplay:
         self._extra_set = frozenset(self._extra_names)
         self._words = self._counters.words
         self._key = int(self._words[W_KEY])
+        self._hot = self._writable
         if self._writable and not self._extra_names:
             # An instance attribute shadows the general method: a closure over locals is
             # the cheapest Python can do per call (see DESIGN.md, "Hot-path habits").
@@ -574,6 +581,7 @@ class DiskReplay:
     def _fail(self, exc: BaseException) -> None:
         """After a failed sync nothing more is written: the disk may not hold what we think."""
         self._failed = exc
+        self._hot = False  # a reference to the fast add someone kept now takes the general path
         self.__dict__.pop("add", None)
 
     def _flush(self) -> None:
@@ -697,6 +705,7 @@ class DiskReplay:
                     del self.add  # the class's method again
 
         prefetcher.close = close
+        self._prefetchers.add(prefetcher)
         return prefetcher
 
     def get(self, idxs) -> dict:
@@ -879,6 +888,8 @@ class DiskReplay:
         if self._closed:
             return
         try:
+            for prefetcher in list(self._prefetchers):
+                prefetcher.close()  # no background sample() while flushing and unmapping
             if self._writable and self._failed is None:
                 self.flush()
                 self._counters.words[W_CLEAN] = 1
@@ -890,6 +901,9 @@ class DiskReplay:
 
     def _release_all(self) -> None:
         self._writable = False
+        self._hot = False  # held references to the fast add must not store into unmapped memory
+        for prefetcher in list(self._prefetchers):
+            prefetcher.close()  # its thread may be gathering from the mappings about to go
         if self._row_reader is not None:
             self._row_reader.close()
             self._row_reader = None
@@ -955,7 +969,7 @@ def _fast_add(buf: DiskReplay):
     general = DiskReplay.add
 
     def add(state, action, reward, next_state, done, **extra):
-        if (extra or type(state) is not ndarray or state.shape != shape or state.dtype != dtype
+        if (not buf._hot or extra or type(state) is not ndarray or state.shape != shape or state.dtype != dtype
                 or type(next_state) is not ndarray or next_state.shape != shape or next_state.dtype != dtype
                 or type(reward) not in r_types or type(done) not in d_types):
             return general(buf, state, action, reward, next_state, done, **extra)
@@ -1000,7 +1014,7 @@ def _fast_vector_add(buf: DiskReplay):
     write = buf._write_step
 
     def add(state, action, reward, next_state, done, **extra):
-        if (extra or type(state) is not ndarray or type(next_state) is not ndarray
+        if (not buf._hot or extra or type(state) is not ndarray or type(next_state) is not ndarray
                 or type(action) is not ndarray or type(reward) is not ndarray or type(done) is not ndarray
                 or state.shape != s_shape or next_state.shape != s_shape or action.shape != a_shape
                 or reward.shape != r_shape or done.shape != d_shape

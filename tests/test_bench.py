@@ -149,7 +149,7 @@ def test_page_cached_tells_resident_pages_from_dropped_ones(tmp_path):
         assert page_cached(fd, 10 * 4096) is False
         os.pread(fd, 1, 10 * 4096 + 7)
         assert page_cached(fd, 10 * 4096) is True
-        assert page_cached(fd, 40 * 4096) is False  # one page read, no read-ahead: fd is not advised
+        assert page_cached(fd, 40 * 4096) is False  # a lone small read is not read ahead that far
     finally:
         os.close(fd)
 

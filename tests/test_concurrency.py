@@ -129,6 +129,30 @@ def test_reader_of_a_dead_writers_store_checks_the_checkpoint_once_per_record(tm
         monkeypatch.undo()
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_dead_writer_view_follows_a_new_checkpoint_with_the_same_counters(tmp_path, backend, monkeypatch):
+    """A flush rewrites the checkpoint without changing seen/intent/base/draws/resets; a
+    reader that takes the writer for dead must not keep the view of the old checkpoint."""
+    import diskreplay.store as store_module
+
+    store = str(tmp_path / "s.replay")
+    writer = DiskReplay.create(store, 37, backend=backend, fields=crash_fields())
+    for t in range(1, 6):
+        add_step(writer, t)
+    monkeypatch.setattr(store_module, "writer_alive", lambda directory: False)
+    with DiskReplay.open(store, mode="r") as reader:
+        calls = []
+        newest = reader._ckfile.newest
+        monkeypatch.setattr(reader._ckfile, "newest", lambda: calls.append(1) or newest())
+        reader.sample(4)
+        assert calls == []  # nothing changed since open()
+        writer.flush()  # same counters, a new checkpoint
+        reader._alive_at = -1.0
+        reader.sample(4)
+        assert calls == [1] and reader._reader_state[2].generation == newest().generation
+    writer.close()
+
+
 @pytest.fixture
 def small_tmpfs(tmp_path):
     mnt = tmp_path / "mnt"

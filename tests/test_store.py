@@ -1,4 +1,5 @@
 """Contract tests of DiskReplay, run against every backend."""
+import errno
 import json
 import os
 
@@ -11,7 +12,8 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 from conftest import BACKENDS, cartpole_fields, step_values
 from diskreplay import (DiskReplay, DiskReplayError, EmptyStoreError, IncompleteStoreError,
                         IndexOutOfRangeError, InvalidArgumentError, NotAStoreError, ReadOnlyError,
-                        SchemaMismatchError, StoreExistsError, StoreNotFoundError)
+                        SchemaMismatchError, StoreClosedError, StoreExistsError, StoreIOError,
+                        StoreNotFoundError)
 import diskreplay.store as store_module
 from diskreplay.ring import next_state_sources
 from model import ReplayModel
@@ -286,6 +288,47 @@ def test_close_is_idempotent_and_closed_store_refuses(tmp_path, backend):
         buf.sample()
     with pytest.raises(DiskReplayError, match="closed"):
         buf.add(*step_values(3))
+
+
+@pytest.mark.parametrize("num_envs", [1, 3])
+def test_a_kept_reference_to_add_refuses_after_close_and_after_a_failed_flush(tmp_path, backend, num_envs,
+                                                                              monkeypatch):
+    """``add`` is a specialised closure; one kept by the caller must not write into unmapped
+    memory after close() nor past a failed sync."""
+    buf = DiskReplay.create(tmp_path / "a", 12, num_envs=num_envs, backend=backend)
+    buf.add(*step_values(1, num_envs))
+    add = buf.add
+    add(*step_values(1 + num_envs, num_envs))  # the fast path, taken
+    buf.close()
+    with pytest.raises(StoreClosedError):
+        add(*step_values(1 + 2 * num_envs, num_envs))
+    with DiskReplay.open(tmp_path / "a") as buf:
+        assert buf.seen_size == 2 * num_envs
+        add = buf.add
+
+        def failing_sync():
+            raise OSError(errno.EIO, "injected")
+
+        monkeypatch.setattr(buf._storage, "sync", failing_sync)
+        with pytest.raises(StoreIOError):
+            buf.flush()
+        monkeypatch.undo()
+        with pytest.raises(StoreIOError, match="refuses writes"):
+            add(*step_values(1 + 2 * num_envs, num_envs))
+        assert buf.seen_size == 2 * num_envs
+
+
+def test_close_stops_a_live_prefetcher_first(tmp_path, backend):
+    buf = DiskReplay.create(tmp_path / "p", 30, backend=backend, seed=3)
+    fill(buf, 20)
+    batches = buf.batches(4, prefetch=3)
+    next(batches)
+    buf.close()  # the background thread must not gather from mappings being unmapped
+    assert batches.closed and not batches._thread.is_alive()
+    with pytest.raises(StopIteration):
+        next(batches)
+    with DiskReplay.open(tmp_path / "p", mode="r") as ro:
+        assert ro.seen_size == 20
 
 
 # ---------------------------------------------------------------- bad input

@@ -94,7 +94,7 @@ class MappedFile:
             try:
                 self.mm.close()
             except BufferError:
-                pass  # a view is still alive somewhere; the mapping goes with it
+                pass  # a memoryview still exports it; the mapping goes when that does
             self.mm = None
         if self.fd >= 0:
             os.close(self.fd)

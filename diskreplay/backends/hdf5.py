@@ -81,11 +81,11 @@ class HDF5Backend(Backend):
             arrays = {name: mapped.array(offsets[name], (max_size,) + spec.shape, spec.dtype)
                       for name, spec in fields.items()}
             mapped.open_for_gathers()
+            gather_arrays = {name: mapped.gather_array(offsets[name], arr.shape, arr.dtype)
+                             for name, arr in arrays.items()}
         except BaseException:
             mapped.close()
             raise
-        gather_arrays = {name: mapped.gather_array(offsets[name], arr.shape, arr.dtype)
-                         for name, arr in arrays.items()}
         locations = {name: (mapped.read_fd, offsets[name], spec.row_bytes) for name, spec in fields.items()}
         return RowStorage([mapped], arrays, gather_arrays, locations)
 
