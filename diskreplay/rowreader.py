@@ -29,6 +29,8 @@ import numpy as np
 __all__ = ["RowReader", "page_cached"]
 
 PAGE = mmap.PAGESIZE
+_NOWAIT = getattr(os, "RWF_NOWAIT", None)
+_PROBE_BYTE = bytearray(1)  # probes only ask whether the read would block; the byte is discarded
 
 
 class RowReader:
@@ -43,8 +45,7 @@ class RowReader:
         if int(threads) < 1:
             raise ValueError(f"threads must be >= 1, got {threads!r}")
         self.threads = int(threads)
-        self._nowait_flag = getattr(os, "RWF_NOWAIT", None)
-        self.nowait = bool(nowait) and self._nowait_flag is not None
+        self.nowait = bool(nowait) and _NOWAIT is not None
         self.hint = bool(hint)
         self.miss_limit = max(1, int(miss_limit))
         self._pool = None
@@ -67,7 +68,7 @@ class RowReader:
         (``POSIX_FADV_WILLNEED``) before the first copy, so the disk's queue fills at once.
         """
         jobs, hints, outs = [], [], []
-        flag = self._nowait_flag if self.nowait else None
+        flag = _NOWAIT if self.nowait else None
         misses = 0
         for fd, offset, row_bytes, idxs, out in requests:
             outs.append(out)
@@ -105,10 +106,9 @@ class RowReader:
         if len(jobs) == 1 or self.threads == 1:
             _work(iter(jobs))
             return outs
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(max_workers=self.threads, thread_name_prefix="diskreplay-read")
+        pool = self._started_pool()
         shared = iter(jobs)  # next() on a list iterator is atomic under the GIL
-        futures = [self._pool.submit(_work, shared) for _ in range(min(self.threads, len(jobs)))]
+        futures = [pool.submit(_work, shared) for _ in range(min(self.threads, len(jobs)))]
         error = None
         for future in futures:
             exc = future.exception()
@@ -141,17 +141,16 @@ class RowReader:
                 misses = 0
         return misses
 
-    def cached(self, fd: int, position: int) -> bool:
-        """Whether the page holding byte ``position`` of ``fd`` is in the page cache
-        (a one-byte ``RWF_NOWAIT`` read; False when that probe is unavailable)."""
-        return self.nowait and page_cached(fd, position) is True
-
     # ------------------------------------------------------------------ pool access
-    def submit(self, fn, *args):
-        """Run ``fn(*args)`` on the reader's pool (a ``concurrent.futures.Future``)."""
+    def _started_pool(self) -> ThreadPoolExecutor:
+        """The reader's thread pool, started on first use (one thread needs none)."""
         if self._pool is None:
             self._pool = ThreadPoolExecutor(max_workers=self.threads, thread_name_prefix="diskreplay-read")
-        return self._pool.submit(fn, *args)
+        return self._pool
+
+    def submit(self, fn, *args):
+        """Run ``fn(*args)`` on the reader's pool (a ``concurrent.futures.Future``)."""
+        return self._started_pool().submit(fn, *args)
 
     def close(self) -> None:
         if self._pool is not None:
@@ -178,18 +177,15 @@ def page_cached(fd: int, position: int) -> bool | None:
         return None
 
 
-_NOWAIT = getattr(os, "RWF_NOWAIT", None)
-_PROBE_BYTE = bytearray(1)  # probes only ask whether the read would block; the byte is discarded
-
 
 def _job_position(job):
     return job[1]
 
 
 def _page_ranges(positions, row_bytes: int) -> list:
-    """``(start, length)`` byte ranges of whole pages covering rows at ``positions``
-    (sorted), overlapping and adjacent pages merged: exactly the pages the rows occupy,
-    in as few requests as that allows. ``positions`` must be in ascending order."""
+    """``(start, length)`` byte ranges of whole pages covering rows at ``positions`` (in
+    ascending order), overlapping and adjacent pages merged: exactly the pages the rows
+    occupy, in as few requests as that allows."""
     pos = np.asarray(positions, dtype=np.int64)
     if not len(pos):
         return []

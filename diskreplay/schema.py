@@ -1,10 +1,9 @@
 """Fields of a store: their declaration, inference from the first add, and input checks."""
 from __future__ import annotations
 
+import math
 import numbers
 from dataclasses import dataclass
-
-import math
 
 import numpy as np
 

@@ -735,8 +735,8 @@ class DiskReplay:
         """Rows at ``idxs`` plus their next states; reads only those rows.
 
         Large rows (frames) whose first rows are not in the page cache are read by
-        positioned reads behind read-ahead hints for the whole batch (``_gather_large``); everything else is copied from the gather
-        mapping, the cheapest way when the rows are in RAM."""
+        positioned reads behind read-ahead hints for the whole batch (``_gather_large``);
+        everything else is copied from the gather mapping, the cheapest way in RAM."""
         ns_slots, in_buffer, buffer_idx = ring.next_state_sources(idxs, head, self.max_size, self.num_envs)
         if self._large_rows and not self._rows_cached(idxs[:PROBE_ROWS]):
             return self._gather_large(idxs, ns_slots, in_buffer, buffer_idx, ns_rows)
@@ -902,8 +902,6 @@ class DiskReplay:
     def _release_all(self) -> None:
         self._writable = False
         self._hot = False  # held references to the fast add must not store into unmapped memory
-        for prefetcher in list(self._prefetchers):
-            prefetcher.close()  # its thread may be gathering from the mappings about to go
         if self._row_reader is not None:
             self._row_reader.close()
             self._row_reader = None
