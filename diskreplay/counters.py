@@ -14,7 +14,7 @@ import uuid
 
 import numpy as np
 
-from .backends.base import MappedFile
+from .mapped import MappedFile
 from .errors import CorruptStoreError
 from .fsutil import io_error
 

@@ -6,7 +6,7 @@ import os
 
 import numpy as np
 
-from .backends.base import MappedFile
+from .mapped import MappedFile
 from .errors import CorruptStoreError, DiskReplayError
 from .fsutil import io_error, preallocate
 

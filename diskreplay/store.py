@@ -1116,7 +1116,7 @@ def _create_data(directory, backend, specs, max_size, num_envs, reserve) -> None
     ns_bytes = 2 * num_envs * states.row_bytes
     check_free_space(directory, backend.data_bytes(specs, max_size) + layout.file_bytes + ns_bytes
                      + 4 * max_size + 12288)
-    backend.create(directory, specs, max_size)
+    backend.create(directory, specs, max_size, FORMAT_VERSION)
     create_npy(os.path.join(directory, NS_FILE), (2, num_envs) + states.shape, states.dtype)
     create_npy(os.path.join(directory, ROWSUMS_FILE), (max_size,), np.dtype(np.uint32))
     create_checkpoint_file(directory, layout)

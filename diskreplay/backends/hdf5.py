@@ -11,10 +11,10 @@ import os
 
 import numpy as np
 
-from ..description import FORMAT_VERSION
 from ..errors import CorruptStoreError
 from ..fsutil import io_error, preallocate_file
-from .base import Backend, MappedFile, RowStorage
+from ..mapped import MappedFile
+from .base import Backend, RowStorage
 
 DATA_FILE = "data.h5"
 
@@ -31,7 +31,7 @@ class HDF5Backend(Backend):
     def data_files(self, fields) -> list[str]:
         return [DATA_FILE]
 
-    def create(self, directory, fields, max_size) -> None:
+    def create(self, directory, fields, max_size, format_version: int) -> None:
         h5py = _h5py()
         path = os.path.join(directory, DATA_FILE)
         try:
@@ -41,7 +41,7 @@ class HDF5Backend(Backend):
                     f[name].attrs["diskreplay_shape"] = list(spec.shape)
                     f[name].attrs["diskreplay_dtype"] = spec.dtype.str
                 f.attrs["diskreplay_max_size"] = max_size
-                f.attrs["diskreplay_format_version"] = FORMAT_VERSION
+                f.attrs["diskreplay_format_version"] = format_version
         except OSError as exc:
             raise io_error(f"creating {path}", exc) from exc
         preallocate_file(path, os.stat(path).st_size)

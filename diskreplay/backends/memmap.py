@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 
+from ..npyfile import create_npy, open_npy
 from .base import Backend, RowStorage
 
 
@@ -12,15 +13,11 @@ class MemmapBackend(Backend):
     def data_files(self, fields) -> list[str]:
         return [f"{name}.npy" for name in fields]
 
-    def create(self, directory, fields, max_size) -> None:
-        from ..npyfile import create_npy
-
+    def create(self, directory, fields, max_size, format_version: int) -> None:
         for name, spec in fields.items():
             create_npy(os.path.join(directory, f"{name}.npy"), (max_size,) + spec.shape, spec.dtype)
 
     def open(self, directory, fields, max_size, writable) -> RowStorage:
-        from ..npyfile import open_npy
-
         files, arrays, gather_arrays, locations = [], {}, {}, {}
         try:
             for name, spec in fields.items():

@@ -1,0 +1,117 @@
+"""Files mapped whole into memory: plain ndarray views for writing and scanning, a second
+``MADV_RANDOM`` mapping and a ``POSIX_FADV_RANDOM`` descriptor for random gathers.
+
+Below the backends and the durability modules alike: every file of a store that is
+memory-mapped (data, ``meta.bin``, ``ns_buffer.npy``, ``rowsums.npy``) goes through here.
+"""
+from __future__ import annotations
+
+import mmap
+import os
+
+import numpy as np
+
+from .errors import CorruptStoreError
+from .fsutil import io_error
+
+
+class MappedFile:
+    """One file mapped whole, shared, read-only or read-write."""
+
+    def __init__(self, path: str, writable: bool):
+        self.path = path
+        self.writable = writable
+        self.rmm, self.read_fd = None, -1
+        try:
+            self.fd = os.open(path, os.O_RDWR if writable else os.O_RDONLY)
+        except FileNotFoundError as exc:
+            raise CorruptStoreError(f"{path} is missing") from exc
+        except OSError as exc:
+            raise io_error(f"opening {path}", exc) from exc
+        try:
+            self.size = os.fstat(self.fd).st_size
+            if self.size == 0:
+                raise CorruptStoreError(f"{path} is empty")
+            prot = mmap.PROT_READ | (mmap.PROT_WRITE if writable else 0)
+            try:
+                self.mm = mmap.mmap(self.fd, self.size, mmap.MAP_SHARED, prot)
+            except OSError as exc:
+                raise io_error(f"memory-mapping {path} (is it a regular file on a local filesystem?)", exc) from exc
+        except BaseException:
+            os.close(self.fd)
+            raise
+
+    def array(self, offset: int, shape: tuple, dtype: np.dtype) -> np.ndarray:
+        """A plain ndarray view (not np.memmap: that subclass costs microseconds per operation)."""
+        nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+        if offset + nbytes > self.size:
+            raise CorruptStoreError(
+                f"{self.path} is {self.size} bytes, expected at least {offset + nbytes}")
+        arr = np.ndarray(shape, dtype, buffer=self.mm, offset=offset)
+        if not self.writable:
+            arr.flags.writeable = False
+        return arr
+
+    def open_for_gathers(self) -> None:
+        """A second, read-only view of the file for random row gathers (``gather_array``).
+
+        The main mapping keeps the kernel's default advice: pages written through it, and
+        sequential scans, come in large folios with read-ahead, so ring writes and verify
+        run at memory speed. Random gathers go through a mapping advised ``MADV_RANDOM``
+        (a page fault on a row not in RAM reads that page, not megabytes around it) and
+        positioned reads through a descriptor advised ``POSIX_FADV_RANDOM`` (``read_fd``):
+        advice is per mapping and per open file, so the two uses do not disturb each other.
+        """
+        if self.rmm is not None:
+            return
+        try:
+            self.read_fd = os.open(self.path, os.O_RDONLY)
+            os.posix_fadvise(self.read_fd, 0, 0, os.POSIX_FADV_RANDOM)
+            self.rmm = mmap.mmap(self.read_fd, self.size, mmap.MAP_SHARED, mmap.PROT_READ)
+        except OSError as exc:
+            self._close_gather_view()
+            raise io_error(f"mapping {self.path} for reading", exc) from exc
+        if hasattr(mmap, "MADV_RANDOM"):
+            self.rmm.madvise(mmap.MADV_RANDOM)
+
+    def gather_array(self, offset: int, shape: tuple, dtype: np.dtype) -> np.ndarray:
+        """A read-only ndarray view of the gather mapping (``open_for_gathers`` first)."""
+        arr = np.ndarray(shape, dtype, buffer=self.rmm, offset=offset)
+        arr.flags.writeable = False
+        return arr
+
+    @property
+    def maps(self) -> list:
+        """Every mapping of this file (for tools that drop a process's mapped pages)."""
+        return [m for m in (self.mm, self.rmm) if m is not None]
+
+    def sync(self) -> None:
+        """Write dirty pages of the mapping to disk (msync, then fsync for the metadata)."""
+        try:
+            self.mm.flush()
+            os.fsync(self.fd)
+        except OSError as exc:
+            raise io_error(f"syncing {self.path}", exc) from exc
+
+    def close(self) -> None:
+        self._close_gather_view()
+        if self.mm is not None:
+            try:
+                self.mm.close()
+            except BufferError:
+                pass  # a memoryview still exports it; the mapping goes when that does
+            self.mm = None
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+    def _close_gather_view(self) -> None:
+        if self.rmm is not None:
+            try:
+                self.rmm.close()
+            except BufferError:
+                pass
+            self.rmm = None
+        if self.read_fd >= 0:
+            os.close(self.read_fd)
+            self.read_fd = -1
