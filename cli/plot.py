@@ -1,13 +1,14 @@
-"""``diskreplay plot``: episode returns over time and per-field histograms, as a PNG."""
+"""``diskreplay plot``: episode returns over time and per-field histograms, as a PNG.
+
+The numbers come from :mod:`diskreplay.stats`; this module only draws them with matplotlib.
+"""
 from __future__ import annotations
 
 import numpy as np
 
 from diskreplay import DiskReplay
+from diskreplay.stats import compute_stats, histograms
 
-from .inspect import ChronoReader, block_rows, compute_stats, snapshot
-
-BINS = 50
 INSTALL_HINT = ("plot needs matplotlib, which is not installed; install it with "
                 "pip install 'diskreplay[plot]'")
 
@@ -24,29 +25,11 @@ def load_pyplot():
     return plt
 
 
-def histograms(buf: DiskReplay, ranges: dict) -> dict:
-    """``{field: (counts, edges)}`` over all elements, in row blocks (a second pass)."""
-    snap = snapshot(buf)
-    hists = {}
-    for name, (lo, hi) in ranges.items():
-        if lo is None:
-            continue
-        if lo == hi:
-            lo, hi = lo - 0.5, hi + 0.5
-        hists[name] = [np.zeros(BINS, np.int64), np.linspace(lo, hi, BINS + 1)]
-    for _, batch in ChronoReader(buf, snap, 0, snap.size, block_rows(buf, 8)):
-        for name, (counts, edges) in hists.items():
-            x = np.asarray(batch[name], np.float64).reshape(-1)
-            x = x[np.isfinite(x)]
-            counts += np.histogram(x, bins=edges)[0]
-    return {name: (c, e) for name, (c, e) in hists.items()}
-
-
 def plot_store(buf: DiskReplay, out: str, plt) -> dict:
+    """Draw the episode returns and a histogram of every field of ``buf`` into the PNG ``out``."""
     stats = compute_stats(buf, keep_returns=True)
-    returns = stats.pop("_returns")
-    ranges = {name: (s["min"], s["max"]) for name, s in stats["fields"].items()}
-    hists = histograms(buf, ranges)
+    returns = stats["episodes"]["returns"]
+    hists = histograms(buf, {name: (s["min"], s["max"]) for name, s in stats["fields"].items()})
     names = list(hists)
     ncols = 2
     nrows = 1 + (len(names) + ncols - 1) // ncols

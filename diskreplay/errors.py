@@ -78,5 +78,9 @@ class TornReadError(DiskReplayError):
     """A reader kept racing the writer on the same rows and gave up."""
 
 
+class OvertakenError(TornReadError):
+    """A live writer overwrote rows of a chronological read before they were read."""
+
+
 class RecoveryWarning(UserWarning):
     """Opening the store needed recovery (journal replay or rollback to the last flush)."""

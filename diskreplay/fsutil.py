@@ -1,6 +1,7 @@
 """Small filesystem helpers: durable atomic writes, preallocation, free-space checks."""
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 
@@ -18,15 +19,18 @@ def fsync_dir(path: str) -> None:
         os.close(fd)
 
 
-def atomic_write(path: str, data: bytes) -> None:
-    """Replace ``path`` by ``data`` so that a crash leaves the old or the new file, whole."""
+@contextlib.contextmanager
+def atomic_replace(path: str):
+    """Yield a temporary path beside ``path`` for the block to write a new file at.
+
+    When the block ends normally the new file is synced and renamed over ``path``, so a
+    crash leaves the old or the new file, whole; when it raises, the new file is removed.
+    """
     tmp = f"{path}.tmp-{os.getpid()}"
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        yield tmp
+        fd = os.open(tmp, os.O_RDONLY)
         try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view):]
             os.fsync(fd)
         finally:
             os.close(fd)
@@ -38,6 +42,18 @@ def atomic_write(path: str, data: bytes) -> None:
             pass
         raise
     fsync_dir(os.path.dirname(os.path.abspath(path)))
+
+
+def atomic_write(path: str, data: bytes) -> None:
+    """Replace ``path`` by ``data`` so that a crash leaves the old or the new file, whole."""
+    with atomic_replace(path) as tmp:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+        finally:
+            os.close(fd)
 
 
 def free_bytes(path: str) -> int:

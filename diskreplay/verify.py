@@ -31,7 +31,7 @@ from .backends import get_backend
 from .checkpoint import CHECKPOINT_FILE, CheckpointFile, CheckpointLayout
 from .counters import COUNTERS_FILE, Counters
 from .description import DESCRIPTION_FILE, read_description
-from .errors import DiskReplayError
+from .errors import DiskReplayError, NotAStoreError, StoreNotFoundError
 from .npyfile import read_npy_header
 from .rowsums import ROWSUMS_FILE, row_sum
 
@@ -70,15 +70,16 @@ class VerifyReport:
 
 
 def verify_store(path, progress: Callable[[int, int], None] | None = None) -> VerifyReport:
-    """Check the store at ``path`` read-only; ``progress(done_rows, total_rows)`` after each block."""
+    """Check the store at ``path`` read-only; ``progress(done_rows, total_rows)`` after each block.
+
+    Raises :class:`StoreNotFoundError` when ``path`` does not exist and :class:`NotAStoreError`
+    when it holds no store, not even a half-created one; whatever is wrong with a store is
+    reported, not raised."""
     directory = os.path.abspath(os.fspath(path))
     report = VerifyReport(os.fspath(path))
     report.checked.update(files=0, fields=0, rows=0, field_rows=0, rows_crc_checked=0,
                           checkpoint_slots_valid=0)
-    if not os.path.isdir(directory):
-        report.problem(f"{directory}: no store here (not a directory)" if os.path.exists(directory)
-                       else f"{directory}: the path does not exist")
-        return report
+    _check_is_store(directory, report.path)
     if os.path.exists(os.path.join(directory, CREATING_MARKER)):
         report.problem(f"{os.path.join(directory, CREATING_MARKER)}: the store was never completely created")
 
@@ -163,6 +164,15 @@ def verify_store(path, progress: Callable[[int, int], None] | None = None) -> Ve
     elif starts:
         _read_rows(directory, desc, starts, (seen, base), checkpoint_seen, report, progress)
     return report
+
+
+def _check_is_store(directory: str, shown: str) -> None:
+    if not os.path.exists(directory):
+        raise StoreNotFoundError(f"no store at {shown}: the path does not exist")
+    if not os.path.isdir(directory):
+        raise NotAStoreError(f"{shown} is a file, not a diskreplay store (a store is a directory)")
+    if not {DESCRIPTION_FILE, COUNTERS_FILE, CREATING_MARKER} & set(os.listdir(directory)):
+        raise NotAStoreError(f"{shown} is not a diskreplay store: it has no {DESCRIPTION_FILE}")
 
 
 def _data_starts(directory: str, desc: dict, report: VerifyReport) -> dict:

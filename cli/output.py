@@ -1,0 +1,170 @@
+"""Presentation for the command line: argument parsing helpers, JSON, tables, progress bars.
+
+Nothing here reads a store; the commands get their data from the library and render it here.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import sys
+
+import click
+import numpy as np
+
+
+# ---------------------------------------------------------------- arguments
+def parse_indices(values) -> list[int]:
+    """Slot indices from ``--index`` values, each one index or a comma-separated list."""
+    out = []
+    for value in values:
+        for part in str(value).split(","):
+            part = part.strip()
+            if not part:
+                continue
+            try:
+                out.append(int(part))
+            except ValueError:
+                raise click.BadParameter(f"{part!r} is not an integer slot index", param_hint="--index") from None
+    return out
+
+
+def parse_fields(spec: str | None, keys: list[str]) -> list[str]:
+    """The keys named by ``--fields a,b`` (all ``keys`` without it), checked against ``keys``."""
+    if spec is None:
+        return keys
+    names = [n.strip() for n in spec.split(",") if n.strip()]
+    unknown = [n for n in names if n not in keys]
+    if unknown or not names:
+        raise click.BadParameter(f"unknown field(s) {', '.join(unknown) or '(none given)'}; "
+                                 f"the store has {', '.join(keys)}", param_hint="--fields")
+    return names
+
+
+def check_output(out: str, overwrite: bool) -> None:
+    """Refuse an output path whose directory is missing, or that exists without ``--overwrite``."""
+    parent = os.path.dirname(os.path.abspath(out))
+    if not os.path.isdir(parent):
+        raise click.ClickException(f"cannot write {out}: the directory {parent} does not exist")
+    if os.path.exists(out) and not overwrite:
+        raise click.ClickException(f"{out} exists; pass --overwrite to replace it")
+
+
+# ---------------------------------------------------------------- JSON
+def jsonable(value):
+    """Numpy values as JSON-ready Python values; NaN and infinities become None."""
+    if isinstance(value, np.ndarray):
+        if value.dtype.kind == "f" and not np.isfinite(value).all():
+            return [jsonable(v) for v in value] if value.ndim else jsonable(value.item())
+        return value.tolist()
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [jsonable(v) for v in value]
+    return value
+
+
+def echo_json(data) -> None:
+    click.echo(json.dumps(jsonable(data)))
+
+
+# ---------------------------------------------------------------- text
+def fmt_number(x) -> str:
+    if isinstance(x, (bool, np.bool_)):
+        return "True" if x else "False"
+    if isinstance(x, (int, np.integer)):
+        return str(int(x))
+    x = float(x)
+    if math.isfinite(x) and x == int(x) and abs(x) < 1e15:
+        return f"{int(x)}" if abs(x) >= 1e6 else f"{x:g}"
+    return f"{x:.6g}"
+
+
+def fmt_value(value, small: int = 4) -> str:
+    """A cell: scalars as they are, small arrays in full, large ones summarized."""
+    arr = np.asarray(value)
+    if arr.ndim == 0:
+        return fmt_number(arr.item())
+    if arr.size <= small:
+        return "[" + " ".join(fmt_number(v) for v in arr.reshape(-1).tolist()) + "]"
+    shape = "x".join(map(str, arr.shape))
+    if arr.dtype.kind == "b":
+        return f"{shape} {int(arr.sum())} true"
+    a = arr.astype(np.float64)
+    return f"{shape} {fmt_number(a.min())}..{fmt_number(a.max())} ~{fmt_number(round(float(a.mean()), 4))}"
+
+
+def table(header: list[str], rows: list[list[str]], width: int = 80, right: set | None = None) -> list[str]:
+    """Aligned lines no wider than ``width``; the widest columns are cut (with '~') to fit."""
+    right = right or set()
+    ncol = len(header)
+    widths = [max([len(header[i])] + [len(r[i]) for r in rows]) for i in range(ncol)]
+    budget = width - 2 * (ncol - 1)
+    while sum(widths) > budget:
+        i = max(range(ncol), key=lambda j: widths[j])
+        floor = max(len(header[i]), 4)
+        if widths[i] <= floor:
+            break
+        widths[i] -= 1
+
+    def cell(text: str, i: int) -> str:
+        if len(text) > widths[i]:
+            text = text[: widths[i] - 1] + "~"
+        return text.rjust(widths[i]) if i in right else text.ljust(widths[i])
+
+    lines = ["  ".join(cell(h, i) for i, h in enumerate(header)).rstrip()]
+    lines += ["  ".join(cell(c, i) for i, c in enumerate(r)).rstrip() for r in rows]
+    return lines
+
+
+def rows_table(slots, batch: dict, keys: list[str]) -> list[str]:
+    """A table of transitions: their slot, then one column per key."""
+    rows = [[str(s)] + [fmt_value(batch[k][i]) for k in keys] for i, s in enumerate(np.asarray(slots).tolist())]
+    return table(["slot"] + keys, rows, right={0})
+
+
+def kv_lines(pairs: list[tuple[str, object]], width: int = 80) -> list[str]:
+    """``key  value`` lines, keys aligned; long values wrap onto indented lines."""
+    keyw = max(len(k) for k, _ in pairs)
+    room = max(20, width - keyw - 2)
+    lines = []
+    for key, value in pairs:
+        text = str(value)
+        chunks = [text[i:i + room] for i in range(0, len(text), room)] or [""]
+        lines.append(f"{key:<{keyw}}  {chunks[0]}")
+        lines += [" " * (keyw + 2) + c for c in chunks[1:]]
+    return lines
+
+
+def echo_lines(lines, indent: str = "") -> None:
+    for line in lines:
+        click.echo(indent + line)
+
+
+# ---------------------------------------------------------------- progress
+@contextlib.contextmanager
+def progress(label: str):
+    """A callback ``update(done, total)`` for the library's ``progress=`` arguments.
+
+    It draws a bar on stderr, created at the first call (when ``total`` is known), only
+    when stderr is a terminal and there is something to do."""
+    with contextlib.ExitStack() as stack:
+        bar, shown = None, 0
+
+        def update(done: int, total: int) -> None:
+            nonlocal bar, shown
+            if bar is None:
+                if not sys.stderr.isatty() or total <= 0:
+                    bar = False
+                else:
+                    bar = stack.enter_context(click.progressbar(length=total, label=label, file=sys.stderr))
+            if bar is not False:
+                bar.update(done - shown)
+                shown = done
+
+        yield update

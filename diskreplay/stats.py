@@ -1,0 +1,176 @@
+"""Statistics of a store's contents: per-field moments, episode returns, histograms.
+
+Each pass reads the store once, oldest first, in row blocks (:class:`~diskreplay.views.ChronoReader`),
+so memory stays bounded for any store size and a live writer may keep adding meanwhile.
+
+    from diskreplay import DiskReplay
+    from diskreplay.stats import compute_stats
+
+    with DiskReplay.open("runs/pong.replay", mode="r") as buf:
+        print(compute_stats(buf)["episodes"]["return_mean"])
+"""
+from __future__ import annotations
+
+import math
+import os
+from typing import Callable
+
+import numpy as np
+
+from .store import DiskReplay
+from .views import ChronoReader, block_rows
+
+BINS = 50
+
+
+class RunningStats:
+    """min, max, mean, std (population) over all elements, merged block by block (Chan et al.).
+
+    NaN and infinities of float data are counted in ``nonfinite`` and left out of the rest."""
+
+    def __init__(self):
+        self.count = 0
+        self.mean = 0.0
+        self.m2 = 0.0
+        self.min = math.inf
+        self.max = -math.inf
+        self.nonfinite = 0
+        self.is_float = False
+
+    def update(self, block) -> None:
+        x = np.asarray(block)
+        if x.size == 0:
+            return
+        if x.dtype.kind == "f":
+            self.is_float = True
+            finite = np.isfinite(x)
+            if not finite.all():
+                self.nonfinite += int(x.size - finite.sum())
+                x = x[finite]
+                if x.size == 0:
+                    return
+        x = x.astype(np.float64, copy=False).reshape(-1)
+        n = x.size
+        bmean = float(x.mean())
+        bm2 = float(((x - bmean) ** 2).sum())
+        total = self.count + n
+        delta = bmean - self.mean
+        self.mean += delta * n / total
+        self.m2 += bm2 + delta * delta * self.count * n / total
+        self.count = total
+        self.min = min(self.min, float(x.min()))
+        self.max = max(self.max, float(x.max()))
+
+    def as_dict(self) -> dict:
+        """``count, min, max, mean, std`` (None while empty), plus ``nonfinite`` for float data."""
+        if self.count == 0:
+            out = {"count": 0, "min": None, "max": None, "mean": None, "std": None}
+        else:
+            out = {"count": self.count, "min": self.min, "max": self.max, "mean": self.mean,
+                   "std": math.sqrt(self.m2 / self.count)}
+        if self.is_float:
+            out["nonfinite"] = self.nonfinite
+        return out
+
+
+class Episodes:
+    """Episode returns per env, reconstructed from env-major order and ``dones``.
+
+    An episode is complete when its first transition is in the range read: it follows
+    a done of the same env there, or the range starts at the env's very first transition
+    (``starts_complete``).
+    """
+
+    def __init__(self, num_envs: int, starts_complete: bool):
+        self.num_envs = num_envs
+        self.running = np.zeros(num_envs, np.float64)
+        self.started = np.full(num_envs, starts_complete)
+        self.dones = np.zeros(num_envs, np.int64)
+        self.returns: list[tuple[int, int, float]] = []  # (end transition, env, return)
+
+    def update(self, transitions: np.ndarray, envs: np.ndarray, rewards, dones) -> None:
+        rewards = np.asarray(rewards, np.float64).reshape(len(transitions), -1).sum(axis=1)
+        dones = np.asarray(dones).reshape(len(transitions), -1).any(axis=1)
+        for t, env, r, d in zip(transitions.tolist(), envs.tolist(), rewards.tolist(), dones.tolist()):
+            self.running[env] += r
+            if d:
+                self.dones[env] += 1
+                if self.started[env]:
+                    self.returns.append((t, env, float(self.running[env])))
+                self.started[env] = True
+                self.running[env] = 0.0
+
+    def as_dict(self) -> dict:
+        rets = [r for _, _, r in self.returns]
+        per_env = [sum(1 for _, e, _ in self.returns if e == env) for env in range(self.num_envs)]
+        return {
+            "dones_per_env": self.dones.tolist(),
+            "complete_episodes": len(rets),
+            "complete_episodes_per_env": per_env,
+            "return_mean": float(np.mean(rets)) if rets else None,
+            "return_min": float(np.min(rets)) if rets else None,
+            "return_max": float(np.max(rets)) if rets else None,
+        }
+
+
+def compute_stats(buf: DiskReplay, progress: Callable[[int, int], None] | None = None, *,
+                  keep_returns: bool = False) -> dict:
+    """Per-field statistics and episode returns over the whole store, in one pass.
+
+    Returns ``{"path", "size", "seen_size", "skipped_overwritten", "fields": {name:
+    RunningStats.as_dict()}, "dones", "episodes": Episodes.as_dict()}``; with
+    ``keep_returns``, ``episodes`` also has ``"returns"``: ``(end transition, env, return)``
+    of every complete episode, oldest first. Rows a live writer overwrote before they were
+    read are left out (``skipped_overwritten``). ``progress(done_rows, total_rows)`` is
+    called after each block.
+    """
+    reader = ChronoReader(buf, rows=block_rows(buf, 8), progress=progress)
+    stats = {name: RunningStats() for name in buf.fields}
+    episodes = Episodes(buf.num_envs, starts_complete=False)
+    done_count = 0
+    first = True
+    for block in reader:
+        snap = reader.snap
+        if first:
+            # Nothing evicted: every env's first transition is in the ring (a reset is ignored).
+            episodes.started[:] = snap.seen == snap.size and not reader.skipped
+            first = False
+        batch = block.batch
+        for name, s in stats.items():
+            s.update(batch[name])
+        if "dones" in batch:
+            done_count += int(np.count_nonzero(batch["dones"]))
+            episodes.update(block.transitions, snap.env(block.positions), batch["rewards"], batch["dones"])
+    out = {
+        "path": os.path.abspath(buf.path),
+        "size": reader.snap.size - reader.skipped,
+        "seen_size": reader.snap.seen,
+        "skipped_overwritten": reader.skipped,
+        "fields": {name: s.as_dict() for name, s in stats.items()},
+        "dones": done_count,
+        "episodes": episodes.as_dict(),
+    }
+    if keep_returns:
+        out["episodes"]["returns"] = list(episodes.returns)
+    return out
+
+
+def histograms(buf: DiskReplay, ranges: dict, bins: int = BINS) -> dict:
+    """``{field: (counts, edges)}`` over all finite elements, ``bins`` equal bins over each
+    field's ``(lo, hi)`` in ``ranges`` (e.g. ``min`` and ``max`` of :func:`compute_stats`);
+    fields whose ``lo`` is None are left out."""
+    hists = {}
+    for name, (lo, hi) in ranges.items():
+        if lo is None:
+            continue
+        if lo == hi:
+            lo, hi = lo - 0.5, hi + 0.5
+        hists[name] = (np.zeros(bins, np.int64), np.linspace(lo, hi, bins + 1))
+    for block in ChronoReader(buf, rows=block_rows(buf, 8)):
+        for name, (counts, edges) in hists.items():
+            x = np.asarray(block.batch[name], np.float64).reshape(-1)
+            counts += np.histogram(x[np.isfinite(x)], bins=edges)[0]
+    return hists
+
+
+__all__ = ["Episodes", "RunningStats", "compute_stats", "histograms"]

@@ -1,0 +1,273 @@
+"""Consistent views of a store, also beside a live writer: snapshots, chronological reads, info.
+
+Everything here goes through the public API of :class:`~diskreplay.DiskReplay`; open the
+store with ``mode="r"`` to read beside a running trainer. A live writer may add
+transitions while we read; two rules keep what we return honest:
+
+* counters are read as one snapshot (:func:`snapshot`), so ``size``, ``seen_size`` and
+  ``head`` always agree with each other;
+* after reading rows by slot we look at ``seen_size`` again: a slot holding transition
+  ``t`` at the snapshot is overwritten by transition ``t + max_size``, so rows whose
+  transition is that old may now hold something newer (:class:`ChronoReader`).
+  ``get`` itself never returns a torn row.
+
+    from diskreplay import DiskReplay
+    from diskreplay.views import ChronoReader
+
+    with DiskReplay.open("runs/pong.replay", mode="r") as buf:
+        for block in ChronoReader(buf, -1000):      # the newest 1000, oldest first
+            print(block.transitions[0], block.batch["rewards"].sum())
+"""
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from typing import Callable, Iterator, NamedTuple
+
+import numpy as np
+
+from . import ring
+from .errors import EmptyStoreError, InvalidArgumentError, OvertakenError
+from .lock import writer_alive
+from .schema import FieldSpec
+from .store import DiskReplay
+
+BLOCK_BYTES = 16 << 20
+CORE_KEYS = ("states", "actions", "rewards", "next_states", "dones")
+_SNAPSHOT_TRIES = 1000
+_READ_TRIES = 50
+_TOO_FAST = "the writer is faster than this read, try again or read fewer rows"
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """Counters of one committed state: the store held transitions ``first .. seen``
+    (``size`` of them; chronological position 0 is the oldest), the newest in slot ``head``."""
+
+    seen: int
+    size: int
+    head: int
+    max_size: int
+    num_envs: int
+
+    @property
+    def first(self) -> int:
+        """Number (1-based) of the oldest transition held."""
+        return self.seen - self.size + 1
+
+    @property
+    def base(self) -> int:
+        """A reset point that gives these counters in :mod:`diskreplay.ring`'s terms: the
+        store's own while the ring is not full, else the latest one consistent with ``head``."""
+        return self.seen - self.size - (self.head + 1 - self.size) % self.max_size
+
+    def bounds(self, start: int | None = None, stop: int | None = None) -> tuple[int, int]:
+        """Chronological ``[start, stop)`` as non-negative positions; negative values count
+        from the newest, as in Python slices. Out of range: :class:`InvalidArgumentError`."""
+        size = self.size
+        lo = 0 if start is None else (start + size if start < 0 else start)
+        hi = size if stop is None else (stop + size if stop < 0 else stop)
+        if not 0 <= lo <= size:
+            raise InvalidArgumentError(f"start {start} is outside the store's {size} transitions")
+        if not lo <= hi <= size:
+            raise InvalidArgumentError(f"stop {stop} must lie in [{lo}, {size}]")
+        return lo, hi
+
+    def slots(self, start: int, stop: int) -> np.ndarray:
+        """Slots of the positions ``[start, stop)``."""
+        return ring.chronological_slots(start, stop, self.seen, self.base, self.max_size)
+
+    def transition(self, pos):
+        """Transition number at position ``pos`` (works on arrays)."""
+        return self.first + pos
+
+    def env(self, pos):
+        """Environment that added the transition at position ``pos`` (env-major order)."""
+        return (self.first - 1 + pos) % self.num_envs
+
+
+def snapshot(buf: DiskReplay) -> Snapshot:
+    """``seen_size``, ``size`` and ``head`` of one committed state, beside a live writer too."""
+    for _ in range(_SNAPSHOT_TRIES):
+        seen = buf.seen_size
+        size, head = buf.size, buf.head
+        if buf.seen_size == seen:
+            break
+    return Snapshot(seen, size, head, buf.max_size, buf.num_envs)
+
+
+class Block(NamedTuple):
+    """Rows read together: their positions in the reader's snapshot, slots, transition numbers and data."""
+
+    positions: np.ndarray
+    slots: np.ndarray
+    transitions: np.ndarray
+    batch: dict
+
+
+class ChronoReader:
+    """Reads the chronological positions ``[start, stop)`` of a snapshot in row blocks,
+    oldest first, as :class:`Block` s. ``start`` and ``stop`` work as in Python slices.
+
+    ``snap`` defaults to a fresh :func:`snapshot`, ``rows`` (per block) to :func:`block_rows`.
+    When the live writer overwrote rows before we read them and nothing has been yielded
+    yet, the read starts over from a fresh snapshot (``self.snap``; the same positions,
+    counted from the oldest transition then), up to ``restarts`` times; after that the
+    overwritten rows are dropped (``skipped`` counts them). Once rows were yielded, an
+    overwritten row raises :class:`OvertakenError`. ``progress(done, total)`` is called
+    after each block with positions read (or skipped) so far.
+    """
+
+    def __init__(self, buf: DiskReplay, start: int | None = None, stop: int | None = None, *,
+                 snap: Snapshot | None = None, rows: int | None = None, restarts: int = 20,
+                 progress: Callable[[int, int], None] | None = None):
+        self.buf = buf
+        self.snap = snapshot(buf) if snap is None else snap
+        self.start, self.stop = self.snap.bounds(start, stop)
+        self.rows = max(1, block_rows(buf) if rows is None else rows)
+        self.restarts = restarts
+        self.progress = progress
+        self.skipped = 0
+
+    def __iter__(self) -> Iterator[Block]:
+        buf = self.buf
+        pos = self.start
+        emitted = False
+        while pos < self.stop:
+            snap = self.snap
+            end = min(pos + self.rows, self.stop)
+            slots = snap.slots(pos, end)
+            batch = buf.get(slots)
+            positions = np.arange(pos, end, dtype=np.int64)
+            transitions = snap.transition(positions)
+            # A slot keeps transition t until transition t + max_size is written.
+            now = ring.transition_of_slots(slots, buf.seen_size, snap.base, snap.max_size)
+            fresh = now == transitions
+            if not fresh.all():
+                if emitted:
+                    raise OvertakenError(f"the live writer overwrote transition {int(transitions[~fresh][0])} "
+                                         f"before it was read; {_TOO_FAST}")
+                if self.restarts > 0:
+                    self.restarts -= 1
+                    self.snap = snapshot(buf)
+                    continue
+                # fresh is monotone in the position: drop the stale prefix and read on.
+                n_stale = int((~fresh).sum())
+                self.skipped += n_stale
+                pos += n_stale
+                continue
+            emitted = True
+            yield Block(positions, slots, transitions, batch)
+            pos = end
+            if self.progress is not None:
+                self.progress(pos - self.start, self.stop - self.start)
+
+
+def read_rows(buf: DiskReplay, *, head: int | None = None, tail: int | None = None,
+              index=None) -> tuple[np.ndarray, dict]:
+    """``(slots, batch)`` of the ``head`` oldest or the ``tail`` newest transitions (both
+    oldest first), or of the slots ``index`` in the order given; give exactly one.
+
+    ``head`` and ``tail`` rows come from one snapshot; when the live writer overwrote any
+    of them before they were read, they are read again from a fresh snapshot."""
+    if sum(x is not None for x in (head, tail, index)) != 1:
+        raise InvalidArgumentError("give exactly one of head, tail and index")
+    _require_fields(buf)
+    if index is not None:
+        slots = np.asarray(index, np.int64).reshape(-1)
+        return slots, buf.get(slots)
+    count = head if head is not None else tail
+    if count < 0:
+        raise InvalidArgumentError(f"{'head' if head is not None else 'tail'} must be >= 0, got {count}")
+    for _ in range(_READ_TRIES):
+        snap = snapshot(buf)
+        n = min(count, snap.size)
+        lo = 0 if head is not None else snap.size - n
+        reader = ChronoReader(buf, lo, lo + n, snap=snap, rows=n, restarts=0)
+        blocks = list(reader)
+        if not reader.skipped:
+            if not blocks:
+                empty = np.empty(0, np.int64)
+                return empty, buf.get(empty)
+            return blocks[0].slots, blocks[0].batch
+    raise OvertakenError(f"the live writer kept overwriting the requested rows; {_TOO_FAST}")
+
+
+def sample_batch(buf: DiskReplay, batch_size: int | None = None, *, seed: int | None = None
+                 ) -> tuple[np.ndarray, dict]:
+    """``(slots, batch)`` of a batch of ``batch_size`` (default: the store's ``batch_size``).
+
+    Without ``seed`` it is ``buf.sample()`` (on a store opened with ``mode="r"``, the
+    batch the store's own sampler draws next, and the persisted sampler does not move);
+    with ``seed`` the slots are uniform in ``[0, size)`` from ``numpy.random.default_rng(seed)``."""
+    _require_fields(buf)
+    n = buf.batch_size if batch_size is None else batch_size
+    if seed is None:
+        batch = buf.sample(n)
+        return np.asarray(buf.batch_idxs), batch
+    size = buf.size
+    if size == 0:
+        raise EmptyStoreError(f"cannot sample from {buf.path}: the store is empty; add transitions first")
+    slots = np.random.default_rng(seed).integers(0, size, n, dtype=np.int64)
+    return slots, buf.get(slots)
+
+
+def disk_bytes(path) -> int:
+    """Bytes the files of the store at ``path`` occupy on disk (allocated blocks)."""
+    total = 0
+    for entry in os.scandir(path):
+        if entry.is_file(follow_symlinks=False):
+            total += entry.stat().st_blocks * 512
+    return total
+
+
+def store_info(buf: DiskReplay) -> dict:
+    """What the store holds, as JSON-ready values: backend, sizes, counters, fields, disk use,
+    whether a writer is live and the time of the last flush."""
+    fields = buf.fields or {}
+    snap = snapshot(buf)
+    flush_ns = buf.last_flush_ns
+    return {
+        "path": os.path.abspath(buf.path),
+        "backend": buf.backend,
+        "format_version": buf.format_version,
+        "max_size": buf.max_size,
+        "size": snap.size,
+        "seen_size": snap.seen,
+        "head": snap.head,
+        "num_envs": buf.num_envs,
+        "batch_size": buf.batch_size,
+        "use_cer": buf.use_cer,
+        "fields": {name: {"shape": list(shape), "dtype": np.dtype(dtype).name}
+                   for name, (shape, dtype) in fields.items()},
+        "disk_bytes": disk_bytes(buf.path),
+        "writer_alive": writer_alive(buf.path),
+        "last_flush": (time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(flush_ns / 1e9))
+                       if flush_ns else None),
+    }
+
+
+def batch_keys(buf: DiskReplay) -> list[str]:
+    """Keys of a batch in a stable order: the core keys, then the extras."""
+    fields = _require_fields(buf)
+    return list(CORE_KEYS) + [name for name in fields if name not in CORE_KEYS]
+
+
+def block_rows(buf: DiskReplay, factor: int = 1) -> int:
+    """Rows per block so that a block of batches (times ``factor``) stays near ``BLOCK_BYTES``."""
+    specs = {name: FieldSpec(name, tuple(shape), np.dtype(dtype))
+             for name, (shape, dtype) in _require_fields(buf).items()}
+    row = sum(spec.row_bytes for spec in specs.values()) + specs["states"].row_bytes  # + next_states
+    return max(1, BLOCK_BYTES // max(1, row * factor))
+
+
+def _require_fields(buf: DiskReplay) -> dict:
+    fields = buf.fields
+    if fields is None:
+        raise EmptyStoreError(f"{buf.path} holds no transitions yet (its fields are declared by the first add)")
+    return fields
+
+
+__all__ = ["Block", "ChronoReader", "Snapshot", "batch_keys", "block_rows", "disk_bytes", "read_rows",
+           "sample_batch", "snapshot", "store_info"]
