@@ -12,7 +12,6 @@ from .schema import fields_from_json
 FORMAT_VERSION = 1
 MAX_SLOTS = 1 << 40
 DESCRIPTION_FILE = "store.json"
-_BACKENDS = ("memmap", "hdf5")
 
 
 def new_description(*, backend, max_size, num_envs, batch_size, use_cer, fields, entropy,
@@ -38,18 +37,20 @@ def write_description(directory: str, description: dict) -> None:
                  (json.dumps(description, indent=2) + "\n").encode())
 
 
-def read_description(directory: str) -> dict:
-    """Parse and validate ``store.json``; the result has ``fields`` as FieldSpecs (or None)."""
+def read_description(directory: str, backends=None) -> dict:
+    """Parse and validate ``store.json``; the result has ``fields`` as FieldSpecs (or None).
+    ``backends``: the backend names a store may name (callers pass ``backends.BACKENDS``;
+    this module stays below the backends)."""
     path = os.path.join(directory, DESCRIPTION_FILE)
     try:
         with open(path, "rb") as f:
             raw = f.read(1 << 20)
     except OSError as exc:
         raise io_error(f"reading {path}", exc) from exc
-    return parse_description(raw, path)
+    return parse_description(raw, path, backends)
 
 
-def parse_description(raw: bytes, path: str = DESCRIPTION_FILE) -> dict:
+def parse_description(raw: bytes, path: str = DESCRIPTION_FILE, backends=None) -> dict:
     """Validate the bytes of a description; every problem is a CorruptStoreError naming ``path``."""
     try:
         d = json.loads(raw.decode("utf-8"))
@@ -71,7 +72,10 @@ def parse_description(raw: bytes, path: str = DESCRIPTION_FILE) -> dict:
             raise CorruptStoreError(f"{path}: {key} is {value!r}, expected {what}")
         return value
 
-    need("backend", lambda v: v in _BACKENDS, f"one of {_BACKENDS}")
+    if backends is None:
+        need("backend", lambda v: isinstance(v, str) and v != "", "a backend name")
+    else:
+        need("backend", lambda v: v in backends, f"one of {tuple(backends)}")
     max_size = need("max_size", lambda v: _is_int(v) and 1 <= v <= MAX_SLOTS, f"an integer in [1, {MAX_SLOTS}]")
     num_envs = need("num_envs", lambda v: _is_int(v) and 1 <= v <= max_size, f"an integer in [1, {max_size}]")
     need("batch_size", lambda v: _is_int(v) and 1 <= v <= MAX_SLOTS, f"an integer in [1, {MAX_SLOTS}]")

@@ -7,12 +7,15 @@ from .base import Backend, RowStorage
 from .hdf5 import HDF5Backend
 from .memmap import MemmapBackend
 
-BACKENDS = {"memmap": MemmapBackend(), "hdf5": HDF5Backend()}
+_IMPLEMENTATIONS = {b.name: b for b in (MemmapBackend(), HDF5Backend())}
+
+BACKENDS: tuple[str, ...] = tuple(_IMPLEMENTATIONS)
+"""Names of the backends, the default first. The one list of them: take it from here."""
 
 
 def get_backend(name) -> Backend:
     try:
-        return BACKENDS[name]
+        return _IMPLEMENTATIONS[name]
     except (KeyError, TypeError):
         raise InvalidArgumentError(
             f"unknown backend {name!r}; expected one of {', '.join(map(repr, BACKENDS))}") from None
