@@ -4,6 +4,16 @@
     with DiskReplay.create("runs/cartpole.replay", 100_000, seed=0) as buf:
         buf.add(state, action, reward, next_state, done)
         batch = buf.sample()
+
+Module map (ARCHITECTURE.md has the rules): ``store`` is the ``DiskReplay`` facade over a
+``writer`` or ``reader`` session (``session`` holds what they share); ``layout`` knows the
+store directory; the files are owned by ``description`` (store.json), ``counters``
+(meta.bin, the commit protocol), ``checkpoint`` (checkpoint.bin), ``rowsums``
+(rowsums.npy), ``lock`` and the ``backends`` (data); ``recovery`` decides what state a
+store is in; ``ring`` is the slot arithmetic and sampler; ``schema`` the fields;
+``gather`` and ``rowreader`` read batches; ``fastadd`` the specialised adds; ``convert``
+and ``verify`` work below the facade; ``views``, ``stats`` and ``export`` read stores
+for any Python user (and the CLI); ``slm`` is the SLM-Lab drop-in.
 """
 from .errors import (CorruptStoreError, DiskReplayError, EmptyStoreError, IncompleteStoreError,
                      IndexOutOfRangeError, InsufficientSpaceError, InvalidArgumentError, NotAStoreError,

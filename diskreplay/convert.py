@@ -1,4 +1,5 @@
-"""Copying a store to another backend, block by block."""
+"""Copying a store to another backend, block by block, on a ``Reader`` of the source and a
+``Writer`` of the new store (below the facade: this module never imports ``store``)."""
 from __future__ import annotations
 
 import os
@@ -8,52 +9,53 @@ import numpy as np
 from . import ring
 from .errors import StoreLockedError
 from .lock import writer_alive
+from .reader import Reader
+from .writer import Writer
 
 BLOCK_BYTES = 8 << 20
 
 
 def convert_store(src, dst, *, backend, progress=None, overwrite=False, block_rows=None) -> None:
-    from .store import DiskReplay
-
+    """Copy the store at ``src`` to a new store at ``dst`` with ``backend``: fields, rows,
+    counters, ``ns_buffer`` and sampler position; ``progress(done_rows, total_rows)``."""
     src_path = os.fspath(src)
     if writer_alive(os.path.abspath(src_path)):
         raise StoreLockedError(f"{src_path} is open for writing; close its writer before converting it")
-    with DiskReplay.open(src_path, mode="r") as source:
-        key, overlay, _ = source._reader_state
-        if overlay is not None:
+    source = Reader(src_path)
+    try:
+        if source.needs_recovery():
             raise StoreLockedError(
                 f"{src_path} needs recovery (its last writer crashed); open it once with mode='r+' first")
-        specs = source._fields
-        with DiskReplay.create(dst, source.max_size, num_envs=source.num_envs, backend=backend,
-                               batch_size=source.batch_size, use_cer=source.use_cer,
-                               seed=source._desc["seed_entropy"],
-                               fields=None if specs is None else {n: (s.shape, s.dtype) for n, s in specs.items()},
-                               overwrite=overwrite, flush_every=source.flush_every) as target:
-            seen, base, draws, resets = source._seen, source._base, source._draws, source._resets
-            if specs is not None:
-                _copy_rows(source, target, ring.ring_size(seen, base, source.max_size), progress, block_rows)
-                target._ns[(seen // source.num_envs) % 2] = source._current_ns()
-            target._counters.commit_state(seen, base, draws, resets)
-            target._seen, target._base, target._resets = seen, base, resets
-            target._sampler = ring.Sampler(source._desc["seed_entropy"], draws)
-            target._set_flush_limit()
-            target.flush()
+        desc = source.desc
+        target = Writer.create(os.fspath(dst), max_size=source.max_size, num_envs=source.num_envs,
+                               backend=backend, batch_size=desc["batch_size"], use_cer=desc["use_cer"],
+                               entropy=desc["seed_entropy"], specs=source.fields, overwrite=overwrite,
+                               flush_every=desc["flush_every"])
+        try:
+            state = source.state()
+            ns_rows = None
+            if source.fields is not None:
+                _copy_rows(source, target, ring.ring_size(state.seen, state.base, source.max_size),
+                           progress, block_rows)
+                ns_rows = source.current_ns()
+            target.adopt(state, ns_rows)
+        finally:
+            target.close()
+    finally:
+        source.close()
 
 
-def _copy_rows(source, target, size: int, progress, block_rows) -> None:
+def _copy_rows(source: Reader, target: Writer, size: int, progress, block_rows) -> None:
     """Copy slots ``[0, size)`` of every field in blocks of bounded bytes."""
-    total = size
-    row_bytes = max(spec.row_bytes for spec in source._fields.values())
+    row_bytes = max(spec.row_bytes for spec in source.fields.values())
     step = block_rows or max(1, BLOCK_BYTES // row_bytes)
-    done = 0
-    src_arrays = source._storage.arrays
-    dst_arrays = target._storage.arrays
+    src_arrays = source.storage.arrays
+    dst_arrays = target.storage.arrays
     for start in range(0, size, step):
         stop = min(start + step, size)
-        for name in source._fields:
+        for name in source.fields:
             dst_arrays[name][start:stop] = np.asarray(src_arrays[name][start:stop])
-        done = stop
         if progress is not None:
-            progress(done, total)
-    if progress is not None and total == 0:
+            progress(stop, size)
+    if progress is not None and size == 0:
         progress(0, 0)

@@ -26,6 +26,7 @@ MAGIC = int.from_bytes(b"DRMETA01", "little", signed=True)
 W_MAGIC, W_VERSION, W_SEEN, W_CHECK, W_INTENT, W_BASE, W_DRAWS, W_KEY = range(8)
 W_BOOT, W_PID, W_CLEAN, W_FLUSH_NS, W_RESETS, W_CHECKPOINT = range(8, 14)
 NWORDS = 14
+COMMIT_RETRIES = 200  # re-reads (0.5 ms apart) of a record caught between two stores of a commit
 
 
 def current_boot_id() -> int:
@@ -50,6 +51,18 @@ def create_counters(directory: str) -> None:
             os.fsync(f.fileno())
     except OSError as exc:
         raise io_error(f"creating {path}", exc) from exc
+
+
+def begin_step(words: np.ndarray, t_end: int) -> None:
+    """Step 1 of an add: mark the transitions up to ``t_end`` in flight."""
+    words[W_INTENT] = t_end
+
+
+def commit_step(words: np.ndarray, t_end: int, key: int) -> None:
+    """Step 3 of an add, after its rows and next states are written: commit ``seen_size``,
+    then the check word that vouches for it (see the module docstring)."""
+    words[W_SEEN] = t_end
+    words[W_CHECK] = t_end ^ key
 
 
 class Counters:
@@ -103,14 +116,14 @@ class Counters:
         w[W_SEEN] = seen
         w[W_CHECK] = seen ^ int(w[W_KEY])
 
-    def claim(self, boot: int, pid: int, key: int) -> None:
+    def claim(self, pid: int, key: int) -> None:
         """Mark the record as held by a live writer of this boot (after recovery committed
         a whole state, so ``seen`` and its check word agree)."""
         w = self.words
         seen = int(w[W_SEEN])
         w[W_KEY] = key
         w[W_CHECK] = seen ^ key
-        w[W_BOOT] = boot
+        w[W_BOOT] = current_boot_id()
         w[W_PID] = pid
         w[W_CLEAN] = 0
 

@@ -12,14 +12,17 @@ Three cases, told apart by the live counters and the boot id they were written i
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 import numpy as np
 
+from . import counters as counters_file
 from . import ring
-from .checkpoint import Checkpoint, CheckpointFile
-from .counters import W_BOOT, W_CLEAN, W_KEY, Counters, current_boot_id
+from .checkpoint import CHECKPOINT_FILE, Checkpoint, CheckpointFile
+from .counters import W_BOOT, W_CLEAN, Counters
 from .errors import CorruptStoreError
+from .rowsums import set_sums_for
 
 
 @dataclass
@@ -42,7 +45,8 @@ def decide_state(counters: Counters, checkpoint: Checkpoint | None, num_envs: in
     if problem is None:
         seen, intent, base, draws, resets = counters.snapshot()
         clean = int(words[W_CLEAN]) == 1
-        same_boot = int(words[W_BOOT]) == current_boot_id() and current_boot_id() != 0
+        boot = counters_file.current_boot_id()
+        same_boot = int(words[W_BOOT]) == boot and boot != 0
         # close() flushes, so a clean record equals the newest checkpoint; when one slot is
         # damaged the newest valid one may be older, and the clean record is still right.
         if clean and checkpoint is not None and both_slots_valid and (checkpoint.seen, checkpoint.base) != (seen, base):
@@ -101,15 +105,70 @@ def restore_rows(arrays: dict, ckfile: CheckpointFile, checkpoint: Checkpoint, t
     ts, ks = reserve_indices(t_lo, t_hi, checkpoint, base, max_size)
     if len(ts) == 0:
         return 0
-    slots = (ts - base - 1) % max_size
+    slots = ring.slot_of(ts, base, max_size)
     for name, arr in arrays.items():
         arr[slots] = ckfile.read_reserve_rows(checkpoint.slot, name, ks)
     return len(ts)
 
 
-def key_of(counters: Counters) -> int:
-    return int(counters.words[W_KEY])
+@dataclass(frozen=True)
+class WriterRecovery:
+    state: ring.RingState
+    checkpoint: Checkpoint | None
+    note: str | None  # what recovery did, None when the store was closed cleanly
 
 
-__all__ = ["OpenState", "decide_state", "restore_rows", "reserve_indices", "check_reserve_covers",
-           "ring"]
+def recover_for_writer(path: str, counters: Counters, data, fields, num_envs: int, max_size: int,
+                       reserve_rows: int | None) -> WriterRecovery:
+    """Bring the store's files to the state ``decide_state`` chooses, durably: restore the
+    rows of an interrupted add (or of everything after the last flush) from the undo
+    reserve, the ``ns_buffer`` and the CRCs of a rolled-back flush, then the counters."""
+    ckfile = data.ckfile if data is not None else None
+    checkpoint = ckfile.newest() if ckfile else None
+    if fields is not None and checkpoint is None:
+        raise CorruptStoreError(
+            f"{os.path.join(os.path.abspath(path), CHECKPOINT_FILE)}: neither checkpoint slot is valid")
+    state = decide_state(counters, checkpoint, num_envs, reserve_rows or 0,
+                         ckfile.both_valid if ckfile else True)
+    if fields is None and state.seen != 0:
+        raise CorruptStoreError(f"{counters.path}: seen_size is {state.seen} but the store has no fields yet")
+    if fields is not None:
+        arrays = data.storage.arrays
+        check_reserve_covers(state.restore_from, state.restore_to, checkpoint, state.base, max_size, path)
+        restored = restore_rows(arrays, ckfile, checkpoint, state.restore_from, state.restore_to,
+                                state.base, max_size)
+        if state.from_checkpoint:
+            data.ns[(state.seen // num_envs) % 2] = ckfile.read_ns(checkpoint.slot, num_envs)
+            # A flush cut short may have summed rows that were just rolled back.
+            ts, _ = reserve_indices(state.restore_from, state.restore_to, checkpoint, state.base, max_size)
+            set_sums_for(data.sums, arrays, ring.slot_of(ts, state.base, max_size), ts - max_size)
+        if restored or state.from_checkpoint:
+            data.sync_rows()
+    counters.commit_state(state.seen, state.base, state.draws, state.resets)
+    counters.sync()
+    note = None if state.reason is None else f"{path}: {state.reason}"
+    return WriterRecovery(ring.RingState(state.seen, state.base, state.draws, state.resets), checkpoint, note)
+
+
+@dataclass(frozen=True)
+class VirtualView:
+    """What recovery would make of a dead writer's store, for a reader that may not write:
+    the state, the transitions whose rows must be read from the undo reserve (``overlay``,
+    ``(lo, hi]`` or None), the checkpoint they are in, and the ``ns_buffer`` to use."""
+
+    state: ring.RingState
+    overlay: tuple[int, int] | None
+    checkpoint: Checkpoint | None
+    ns_rows: np.ndarray | None
+
+
+def virtual_view(counters: Counters, ckfile: CheckpointFile, num_envs: int, reserve_rows: int) -> VirtualView:
+    checkpoint = ckfile.newest()
+    state = decide_state(counters, checkpoint, num_envs, reserve_rows, ckfile.both_valid)
+    overlay = (state.restore_from, state.restore_to) if state.restore_to > state.restore_from else None
+    ns = ckfile.read_ns(checkpoint.slot, num_envs) if state.from_checkpoint else None
+    return VirtualView(ring.RingState(state.seen, state.base, state.draws, state.resets), overlay, checkpoint, ns)
+
+
+__all__ = ["OpenState", "WriterRecovery", "VirtualView", "decide_state", "recover_for_writer", "virtual_view",
+           "restore_rows", "reserve_indices", "check_reserve_covers"]

@@ -11,6 +11,28 @@ from __future__ import annotations
 import numpy as np
 
 
+class RingState:
+    """Everything that changes as a store is used: the newest transition ``seen``, the
+    ``base`` of the last reset, the sampler's ``draws`` and the number of ``resets``."""
+
+    __slots__ = ("seen", "base", "draws", "resets")
+
+    def __init__(self, seen: int, base: int, draws: int, resets: int):
+        self.seen, self.base, self.draws, self.resets = seen, base, draws, resets
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, RingState) and self.as_tuple() == other.as_tuple()
+
+    def __hash__(self) -> int:
+        return hash(self.as_tuple())
+
+    def as_tuple(self) -> tuple[int, int, int, int]:
+        return (self.seen, self.base, self.draws, self.resets)
+
+    def __repr__(self) -> str:
+        return f"RingState(seen={self.seen}, base={self.base}, draws={self.draws}, resets={self.resets})"
+
+
 def ring_size(seen: int, base: int, max_size: int) -> int:
     """Number of occupied slots."""
     return min(seen - base, max_size)
@@ -21,8 +43,8 @@ def ring_head(seen: int, base: int, max_size: int) -> int:
     return (seen - base - 1) % max_size if seen > base else -1
 
 
-def slot_of(t: int, base: int, max_size: int) -> int:
-    """Slot that transition number ``t`` occupies (or will occupy)."""
+def slot_of(t, base: int, max_size: int):
+    """Slot that transition number ``t`` occupies (or will occupy); ``t`` may be an array."""
     return (t - base - 1) % max_size
 
 

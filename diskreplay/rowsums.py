@@ -10,6 +10,8 @@ import zlib
 
 import numpy as np
 
+from . import ring
+
 ROWSUMS_FILE = "rowsums.npy"
 
 
@@ -32,7 +34,7 @@ def update_sums(sums: np.ndarray, arrays: dict, t_lo: int, t_hi: int, base: int,
         return
     rows = byte_rows(arrays)
     for t in range(first, t_hi + 1):
-        slot = (t - base - 1) % max_size
+        slot = ring.slot_of(t, base, max_size)
         sums[slot] = row_sum(rows, slot, t)
 
 
@@ -49,7 +51,7 @@ def torn_slots(sums: np.ndarray, arrays: dict, t_lo: int, t_hi: int, base: int, 
     rows = byte_rows(arrays)
     first = max(t_lo, base, t_hi - max_size) + 1
     for i, t in enumerate(range(first, t_hi + 1)):
-        slot = (t - base - 1) % max_size
+        slot = ring.slot_of(t, base, max_size)
         if row_sum(rows, slot, t) != int(sums[slot]):
             bad.append(slot)
         if progress is not None and i % 4096 == 0:

@@ -60,6 +60,28 @@ def check_shape(name: str, shape) -> tuple:
     return shape
 
 
+def check_count(name: str, value, minimum: int = 1) -> int:
+    """A count argument (``max_size``, ``batch_size``, ...) as an int: integers and integral
+    floats (SLM-Lab specs write ``1e6``), nothing else; one rule for every such argument."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise InvalidArgumentError(f"{name} must be an integer >= {minimum}, got {value!r}")
+    if isinstance(value, numbers.Integral):
+        value = int(value)
+    elif float(value).is_integer():
+        value = int(value)
+    else:
+        raise InvalidArgumentError(f"{name} must be an integer >= {minimum}, got {value!r}")
+    if value < minimum:
+        raise InvalidArgumentError(f"{name} must be >= {minimum}, got {value}")
+    return value
+
+
+def check_row_sizes(specs) -> None:
+    for name, spec in specs.items():
+        if spec.row_bytes == 0:
+            raise InvalidArgumentError(f"field {name!r} has shape {spec.shape}: rows of zero bytes are not supported")
+
+
 def normalize_fields(fields) -> dict[str, FieldSpec]:
     """Validate a user ``fields`` declaration ``{name: (shape, dtype)}``."""
     if not isinstance(fields, dict):

@@ -27,16 +27,15 @@ from typing import Callable
 import numpy as np
 
 from . import ring
-from .backends import get_backend
+from .backends import BACKENDS, get_backend
 from .checkpoint import CHECKPOINT_FILE, CheckpointFile, CheckpointLayout
-from .counters import COUNTERS_FILE, Counters
+from .counters import COMMIT_RETRIES, COUNTERS_FILE, Counters
 from .description import DESCRIPTION_FILE, read_description
 from .errors import DiskReplayError, NotAStoreError, StoreNotFoundError
+from .layout import CREATING_MARKER, NS_FILE
 from .npyfile import read_npy_header
 from .rowsums import ROWSUMS_FILE, row_sum
 
-NS_FILE = "ns_buffer.npy"
-CREATING_MARKER = "CREATING"
 BLOCK_BYTES = 8 << 20
 
 
@@ -85,7 +84,7 @@ def verify_store(path, progress: Callable[[int, int], None] | None = None) -> Ve
 
     # -- description
     try:
-        desc = read_description(directory)
+        desc = read_description(directory, BACKENDS)
     except DiskReplayError as exc:
         report.problem(f"{DESCRIPTION_FILE}: {exc}")
         return report
@@ -103,7 +102,7 @@ def verify_store(path, progress: Callable[[int, int], None] | None = None) -> Ve
         report.count("files")
         try:
             problem = None
-            for _ in range(200):  # a live writer's commit may be in progress
+            for _ in range(COMMIT_RETRIES):  # a live writer's commit may be in progress
                 problem = counters.problem(num_envs)
                 if problem is None:
                     break
@@ -225,7 +224,6 @@ def _read_rows(directory, desc, starts, counters_state, checkpoint_seen, report,
     fields, max_size = desc["fields"], desc["max_size"]
     seen, base = counters_state
     size = ring.ring_size(seen, base, max_size)
-    head = ring.ring_head(seen, base, max_size)
     names = [name for name in fields if name in starts]
     whole = len(names) == len(fields)
     sums_path = os.path.join(directory, ROWSUMS_FILE)
@@ -281,7 +279,7 @@ def _read_rows(directory, desc, starts, counters_state, checkpoint_seen, report,
                     nonfinite += int(values.size - np.count_nonzero(np.isfinite(values)))
             if crc_on and blocks is not None:
                 slots = np.arange(lo, hi, dtype=np.int64)
-                ts = seen - (head - slots) % max_size  # transition each slot holds
+                ts = ring.transition_of_slots(slots, seen, base, max_size)
                 check = np.flatnonzero((ts > first) & (ts <= upto))
                 if check.size:
                     sums = np.frombuffer(_pread_all(fds[sums_path], (hi - lo) * 4, sums_offset + lo * 4), "<u4")

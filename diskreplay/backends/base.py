@@ -2,7 +2,6 @@
 (file, offset). A backend knows files, shapes and dtypes; nothing about replay."""
 from __future__ import annotations
 
-from ..errors import CorruptStoreError
 from ..mapped import MappedFile
 
 

@@ -1,0 +1,101 @@
+"""Gathering a batch: the rows at sampled slots plus their next states, read from the files.
+
+Two ways to copy rows, chosen per batch by a predicate (``rows_cached``):
+
+* through the gather mapping (``take`` on a ``MADV_RANDOM`` view), the cheapest way while
+  the rows are in the page cache;
+* for large rows (frames) not in RAM, by positioned reads of whole rows behind read-ahead
+  hints for the whole batch (``RowReader.gather_many``), so the disk serves many at a time.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from . import ring
+from .backends import RowStorage
+from .rowreader import RowReader, page_cached
+from .schema import CORE_FIELDS, FieldSpec
+
+LARGE_ROW_BYTES = 16 << 10  # states rows from this size on may be read by hinted positioned reads
+PROBE_ROWS = 2  # rows of a large-row batch checked for residency before choosing how to gather
+WARM_STREAK = 256  # probes in a row that found their row in RAM before the mapping is trusted again
+
+
+class Gatherer:
+    """Reads batches from one opened ``RowStorage``; owns the row reader it may start."""
+
+    def __init__(self, fields: dict[str, FieldSpec], storage: RowStorage, num_envs: int, max_size: int):
+        self.fields = fields
+        self.storage = storage
+        self.num_envs = num_envs
+        self.max_size = max_size
+        self.extra_names = tuple(name for name in fields if name not in CORE_FIELDS)
+        self.large_rows = fields["states"].row_bytes >= LARGE_ROW_BYTES
+        self.row_reader: RowReader | None = None
+        self.probe_streak = WARM_STREAK  # a fresh store is taken as in RAM until a probe says otherwise
+
+    def gather(self, idxs: np.ndarray, head: int, ns_rows: np.ndarray) -> dict:
+        """Rows at ``idxs`` plus their next states (``ns_rows`` is the current ``ns_buffer``)."""
+        ns_slots, in_buffer, buffer_idx = ring.next_state_sources(idxs, head, self.max_size, self.num_envs)
+        if self.large_rows and not self.rows_cached(idxs[:PROBE_ROWS]):
+            batch = self._gather_large(idxs, ns_slots)
+        else:
+            batch = self._gather_mapped(idxs, ns_slots)
+        if in_buffer.any():
+            batch["next_states"][in_buffer] = ns_rows.take(buffer_idx[in_buffer], axis=0)
+        return batch
+
+    def rows_cached(self, idxs) -> bool:
+        """Whether to copy a large-row batch from the gather mapping: the first page of each
+        of these rows is in the page cache (a one-byte ``RWF_NOWAIT`` read each, a
+        microsecond, no waiting for the disk) and so were the last ``WARM_STREAK`` probed.
+
+        Through the mapping a row not in RAM costs a page fault per page, one after the
+        other (hundreds of microseconds a frame), while positioned reads copy cached rows
+        for a few microseconds more and overlap the misses; so the mapping is used only
+        while misses are rarer than about one row in a few hundred. Where the probe is
+        unavailable, rows are taken as cached."""
+        fd, offset, row_bytes = self.storage.locations["states"]
+        for i in idxs.tolist():
+            if page_cached(fd, offset + i * row_bytes) is False:
+                self.probe_streak = 0
+                return False
+            self.probe_streak += 1
+        return self.probe_streak >= WARM_STREAK
+
+    def _gather_mapped(self, idxs, ns_slots) -> dict:
+        """Gather through the gather mapping (``take`` copies only the rows asked for)."""
+        arrays = self.storage.gather_arrays
+        states = arrays["states"]
+        batch = {"states": states.take(idxs, axis=0), "actions": arrays["actions"].take(idxs, axis=0),
+                 "rewards": arrays["rewards"].take(idxs, axis=0), "next_states": states.take(ns_slots, axis=0),
+                 "dones": arrays["dones"].take(idxs, axis=0)}
+        for name in self.extra_names:
+            batch[name] = arrays[name].take(idxs, axis=0)
+        return batch
+
+    def _gather_large(self, idxs, ns_slots) -> dict:
+        """Every field's rows (states, next states, small fields) by one ``gather_many``,
+        which announces all of the batch's reads to the kernel before copying any."""
+        if self.row_reader is None:
+            self.row_reader = RowReader()
+        locations = self.storage.locations
+        spec = self.fields["states"]
+        rows = np.empty((2 * len(idxs),) + spec.shape, spec.dtype)
+        requests = [locations["states"] + (np.concatenate([idxs, ns_slots]), rows)]
+        small = {}
+        for name, field in self.fields.items():
+            if name != "states":  # small fields by positioned reads too, all in flight together
+                small[name] = np.empty((len(idxs),) + field.shape, field.dtype)
+                requests.append(locations[name] + (idxs, small[name]))
+        self.row_reader.gather_many(requests)
+        batch = {"states": rows[: len(idxs)], "actions": small["actions"], "rewards": small["rewards"],
+                 "next_states": rows[len(idxs):], "dones": small["dones"]}
+        for name in self.extra_names:
+            batch[name] = small[name]
+        return batch
+
+    def close(self) -> None:
+        if self.row_reader is not None:
+            self.row_reader.close()
+            self.row_reader = None

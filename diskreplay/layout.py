@@ -1,0 +1,243 @@
+"""The store directory: the one module that knows which files a store consists of.
+
+Every file name lives with the module that owns the file (``store.json`` in description,
+``meta.bin`` in counters, ``checkpoint.bin`` in checkpoint, ``rowsums.npy`` in rowsums,
+``lock`` in lock, the data files in the backend); this module gathers them, decides
+whether a directory is a store, prepares a directory for ``create``, creates the data
+files and opens them. FORMAT.md describes each file.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+
+import numpy as np
+
+from .backends import Backend, RowStorage, get_backend
+from .checkpoint import CHECKPOINT_FILE, CheckpointFile, CheckpointLayout, create_checkpoint_file
+from .counters import COUNTERS_FILE
+from .description import DESCRIPTION_FILE, FORMAT_VERSION
+from .errors import IncompleteStoreError, NotAStoreError, StoreExistsError, StoreNotFoundError
+from .fsutil import check_free_space, fsync_dir, io_error
+from .lock import LOCK_FILE
+from .mapped import MappedFile
+from .npyfile import create_npy, open_npy
+from .rowsums import ROWSUMS_FILE
+from .schema import FieldSpec
+
+CREATING_MARKER = "CREATING"  # present from the first step of create until its last
+NS_FILE = "ns_buffer.npy"
+# Files every store (or half-created store) may hold besides its data files.
+FIXED_FILES = (DESCRIPTION_FILE, COUNTERS_FILE, LOCK_FILE, CREATING_MARKER, CHECKPOINT_FILE)
+DATA_SUFFIXES = (".npy", ".h5")
+DEFAULT_RESERVE_BYTES = 16 << 20
+INCOMPLETE_HINT = ("was never completely created (its creator stopped half-way); "
+                   "recreate it with DiskReplay.create(..., overwrite=True)")
+
+
+def reserve_rows_for(fields, num_envs: int, max_size: int, flush_every: int | None) -> int:
+    """Rows of undo reserve: enough for ``flush_every`` steps, else about 16 MiB, within bounds."""
+    row_bytes = sum(spec.row_bytes for spec in fields.values())
+    rows = DEFAULT_RESERVE_BYTES // max(row_bytes, 1)
+    if flush_every is not None:
+        rows = flush_every * num_envs
+    # Never more than max_size: a reserve row stands for the slot's content at the flush,
+    # and a slot written twice after a flush would need two different undo rows.
+    return int(min(max(rows, num_envs), max_size))
+
+
+# ---------------------------------------------------------------------- is it a store
+def looks_like_store(directory: str) -> bool:
+    """Whether ``directory`` holds a diskreplay store (or a half-created one), by its own marks:
+    the CREATING marker, a store.json saying so, or a meta.bin with its magic number."""
+    names = set(os.listdir(directory))
+    if CREATING_MARKER in names:
+        return True
+    try:
+        with open(os.path.join(directory, COUNTERS_FILE), "rb") as f:
+            head = f.read(8)
+            if head == b"DRMETA01" or len(head) < 8:  # ours, or cut short while being created
+                return True
+    except OSError:
+        pass
+    try:
+        with open(os.path.join(directory, DESCRIPTION_FILE), "rb") as f:
+            return b'"format": "diskreplay"' in f.read(1 << 16)
+    except OSError:
+        return False
+
+
+def _is_own_file(name: str) -> bool:
+    return name in FIXED_FILES or name.endswith(DATA_SUFFIXES) or ".tmp-" in name
+
+
+def own_files(directory: str) -> bool:
+    """Whether every entry of ``directory`` is a file diskreplay may have made."""
+    return all(_is_own_file(name) for name in os.listdir(directory))
+
+
+def check_is_store(directory: str) -> None:
+    """Raise the right error unless ``directory`` is a completely created store."""
+    if not os.path.lexists(directory):
+        raise StoreNotFoundError(f"no store at {directory}: the path does not exist")
+    if not os.path.isdir(directory):
+        raise NotAStoreError(f"{directory} is a file, not a diskreplay store (a store is a directory)")
+    try:
+        names = set(os.listdir(directory))
+    except OSError as exc:
+        raise io_error(f"listing {directory}", exc) from exc
+    if DESCRIPTION_FILE in names:
+        if CREATING_MARKER in names:
+            raise IncompleteStoreError(f"{directory} {INCOMPLETE_HINT}")
+        return
+    if CREATING_MARKER in names or COUNTERS_FILE in names or names == {LOCK_FILE}:
+        raise IncompleteStoreError(f"{directory} {INCOMPLETE_HINT}")
+    raise NotAStoreError(f"{directory} is not a diskreplay store: it has no {DESCRIPTION_FILE}")
+
+
+def is_incomplete(directory: str) -> bool:
+    """Whether the store at ``directory`` is marked as half-created."""
+    return os.path.exists(os.path.join(directory, CREATING_MARKER))
+
+
+# ---------------------------------------------------------------------- create and remove
+def prepare_directory(directory: str, overwrite: bool) -> bool:
+    """Check the target of ``create``; returns whether the directory was made here."""
+    parent = os.path.dirname(directory)
+    if not os.path.isdir(parent):
+        raise StoreNotFoundError(f"cannot create a store at {directory}: the parent directory {parent} does not exist")
+    if os.path.lexists(directory) and not os.path.isdir(directory):
+        raise NotAStoreError(f"cannot create a store at {directory}: a file is in the way")
+    if not os.path.exists(directory):
+        try:
+            os.mkdir(directory)
+        except OSError as exc:
+            raise io_error(f"creating {directory}", exc) from exc
+        return True
+    if set(os.listdir(directory)) <= {LOCK_FILE}:  # empty, or a create killed right after locking
+        return False
+    if not looks_like_store(directory) or not own_files(directory):
+        raise StoreExistsError(
+            f"cannot create a store at {directory}: the directory holds files that are not a diskreplay "
+            "store; choose another path (overwrite=True only replaces an existing store)")
+    if not overwrite:
+        raise StoreExistsError(
+            f"a store already exists at {directory}; pass overwrite=True to replace it, "
+            "or DiskReplay.open() to resume it")
+    return False
+
+
+def mark_creating(directory: str) -> None:
+    """First step of create: from here on a kill leaves the directory marked half-created."""
+    path = os.path.join(directory, CREATING_MARKER)
+    with open(path, "wb") as f:
+        f.flush()
+        os.fsync(f.fileno())
+    fsync_dir(directory)
+
+
+def finish_creating(directory: str) -> None:
+    """Last step of create: the store is whole."""
+    os.unlink(os.path.join(directory, CREATING_MARKER))
+    fsync_dir(directory)
+
+
+def remove_store_files(directory: str, keep_marker: bool = False) -> None:
+    """Remove what a store (or a half-created one) consists of, nothing else (never the lock)."""
+    for name in os.listdir(directory):
+        if name == LOCK_FILE or (keep_marker and name == CREATING_MARKER):
+            continue
+        if _is_own_file(name):
+            _unlink(os.path.join(directory, name))
+
+
+def undo_create(directory: str, made_dir: bool, lock_existed: bool) -> None:
+    """After a failed create (its files removed, its lock released): a directory made for
+    the store goes, and so does a lock file the create made."""
+    if made_dir:
+        shutil.rmtree(directory, ignore_errors=True)
+    elif not lock_existed:
+        _unlink(os.path.join(directory, LOCK_FILE))
+
+
+def lock_exists(directory: str) -> bool:
+    return os.path.exists(os.path.join(directory, LOCK_FILE))
+
+
+def data_file_names(backend: Backend, specs) -> list[str]:
+    """Every file that holds rows or row-derived data, created once the fields are known."""
+    return backend.data_files(specs) + [NS_FILE, ROWSUMS_FILE, CHECKPOINT_FILE]
+
+
+def create_data_files(directory: str, backend: Backend, specs, max_size: int, num_envs: int,
+                      reserve: int, initial_checkpoint) -> None:
+    """Create and preallocate the data files, ``ns_buffer.npy``, ``rowsums.npy`` and
+    ``checkpoint.bin``; ``initial_checkpoint(ckfile)`` writes its first slot."""
+    layout = CheckpointLayout(specs, num_envs, reserve)
+    states = specs["states"]
+    ns_bytes = 2 * num_envs * states.row_bytes
+    check_free_space(directory, backend.data_bytes(specs, max_size) + layout.file_bytes + ns_bytes
+                     + 4 * max_size + 12288)
+    backend.create(directory, specs, max_size, FORMAT_VERSION)
+    create_npy(os.path.join(directory, NS_FILE), (2, num_envs) + states.shape, states.dtype)
+    create_npy(os.path.join(directory, ROWSUMS_FILE), (max_size,), np.dtype(np.uint32))
+    create_checkpoint_file(directory, layout)
+    ck = CheckpointFile(directory, layout, True)
+    try:
+        initial_checkpoint(ck)
+    finally:
+        ck.close()
+
+
+def remove_data_files(directory: str, backend: Backend, specs) -> None:
+    for name in data_file_names(backend, specs):
+        _unlink(os.path.join(directory, name))
+
+
+# ---------------------------------------------------------------------- open
+class DataFiles:
+    """The opened row data of a store: the backend's rows, the ``ns_buffer`` (two areas of
+    ``num_envs`` rows, one per step parity), the per-row CRCs and the checkpoint file."""
+
+    def __init__(self, directory: str, backend_name: str, fields: dict[str, FieldSpec], max_size: int,
+                 num_envs: int, reserve_rows: int, writable: bool):
+        self.storage: RowStorage | None = None
+        self.ns_file: MappedFile | None = None
+        self.sums_file: MappedFile | None = None
+        self.ckfile: CheckpointFile | None = None
+        try:
+            self.storage = get_backend(backend_name).open(directory, fields, max_size, writable)
+            states = fields["states"]
+            self.ns_file, self.ns, _ = open_npy(os.path.join(directory, NS_FILE),
+                                                (2, num_envs) + states.shape, states.dtype, writable)
+            self.sums_file, self.sums, _ = open_npy(os.path.join(directory, ROWSUMS_FILE),
+                                                    (max_size,), np.dtype(np.uint32), writable)
+            self.ckfile = CheckpointFile(directory, CheckpointLayout(fields, num_envs, reserve_rows), writable)
+        except BaseException:
+            self.close()
+            raise
+
+    def sync_rows(self) -> None:
+        """Make the rows, the ``ns_buffer`` and the CRCs durable (not the checkpoint)."""
+        self.storage.sync()
+        self.ns_file.sync()
+        self.sums_file.sync()
+
+    @property
+    def mapped_files(self) -> list[MappedFile]:
+        """Every memory-mapped file (for tools that drop a process's mapped pages)."""
+        return [f for f in [*(self.storage.files if self.storage else []), self.ns_file, self.sums_file] if f]
+
+    def close(self) -> None:
+        self.ns = self.sums = None
+        for res in (self.storage, self.ns_file, self.sums_file, self.ckfile):
+            if res is not None:
+                res.close()
+        self.storage = self.ns_file = self.sums_file = self.ckfile = None
+
+
+def _unlink(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass

@@ -1,0 +1,182 @@
+"""What the two sessions on a store share: its description, its opened files, the ring
+state and sampling. ``Writer`` (``writer.py``, mode ``r+``) and ``Reader`` (``reader.py``,
+mode ``r``) add what differs: recovery, adding and flushing for the one; snapshots of a
+live writer's counters and consistent gathers for the other.
+
+The ring state is ``(seen, base, draws, resets)`` (see ``ring.py``): transition ``t``
+lives in slot ``ring.slot_of(t, base, max_size)``.
+"""
+from __future__ import annotations
+
+import os
+from typing import Callable
+
+import numpy as np
+
+from . import ring
+from .backends import BACKENDS
+from .counters import W_FLUSH_NS, Counters
+from .description import read_description
+from .errors import CorruptStoreError, EmptyStoreError, IndexOutOfRangeError, InvalidArgumentError
+from .gather import Gatherer
+from .layout import DataFiles, check_is_store
+from .lock import WriterLock
+from .rowsums import torn_slots
+from .schema import FieldSpec
+
+
+class Session:
+    """An open store. Subclasses set ``mode`` and implement ``_open_state``."""
+
+    mode = ""
+    writable = False
+    live = False  # whether adds may write (the writer, until closed or failed)
+
+    def __init__(self, path: str, *, lock: WriterLock | None = None):
+        self.path = path
+        self.directory = os.path.abspath(path)
+        self.closed = True
+        self.lock = lock
+        self.counters: Counters | None = None
+        self.data: DataFiles | None = None
+        self.gatherer: Gatherer | None = None
+        self.recovery_note: str | None = None
+        self.seen = self.base = self.draws = self.resets = 0
+        try:
+            check_is_store(self.directory)
+            self._read_description()
+            self._open_state()
+        except BaseException:
+            self._release()
+            raise
+        self.closed = False
+
+    def _read_description(self) -> None:
+        desc = read_description(self.directory, BACKENDS)
+        self.desc = desc
+        self.max_size: int = desc["max_size"]
+        self.num_envs: int = desc["num_envs"]
+        self.fields: dict[str, FieldSpec] | None = desc["fields"]
+        self.reserve_rows: int | None = desc["reserve_rows"]
+
+    def _open_state(self) -> None:
+        raise NotImplementedError
+
+    def _map_data(self) -> None:
+        self.data = DataFiles(self.directory, self.desc["backend"], self.fields, self.max_size,
+                              self.num_envs, self.reserve_rows, self.writable)
+        self.gatherer = Gatherer(self.fields, self.data.storage, self.num_envs, self.max_size)
+
+    # ------------------------------------------------------------------ state
+    def refresh(self) -> None:
+        """Bring ``seen``, ``base``, ``draws`` and ``resets`` up to date (readers re-read them)."""
+
+    def state(self) -> ring.RingState:
+        self.refresh()
+        return ring.RingState(self.seen, self.base, self.draws, self.resets)
+
+    def current_ns(self) -> np.ndarray:
+        """The ``ns_buffer`` rows of the newest step (the area of its parity)."""
+        return self.data.ns[(self.seen // self.num_envs) % 2]
+
+    def ns_buffer(self) -> np.ndarray:
+        """A copy of the next states of the newest ``num_envs`` transitions (empty when none)."""
+        if self.fields is None or self.seen == self.base:
+            return np.empty((0,), np.float32)
+        return self.current_ns().copy()
+
+    @property
+    def last_flush_ns(self) -> int:
+        return int(self.counters.words[W_FLUSH_NS])
+
+    @property
+    def mapped_files(self) -> list:
+        """Every memory-mapped file of the store (for tools that drop a process's mapped pages)."""
+        return (self.data.mapped_files if self.data is not None else []) + [self.counters.file]
+
+    @property
+    def storage(self):
+        """The backend's opened rows (None before the fields are known)."""
+        return self.data.storage if self.data is not None else None
+
+    # ------------------------------------------------------------------ reading
+    def sample(self, batch_size: int, use_cer: bool) -> tuple[np.ndarray, dict]:
+        """``(idxs, batch)``: ``batch_size`` slots drawn uniformly from the occupied ones."""
+        self.refresh()
+        size = ring.ring_size(self.seen, self.base, self.max_size)
+        if size == 0:
+            raise EmptyStoreError(f"cannot sample from {self.path}: the store is empty; add transitions first")
+        head = ring.ring_head(self.seen, self.base, self.max_size)
+        idxs = self.sampler.sample_idxs(size, batch_size, use_cer, head)
+        self._drew()
+        return idxs, self._gather(idxs, head)
+
+    def bind_add(self):
+        """A specialised ``add`` for the facade to install, or None (see ``Writer.bind_add``)."""
+        return None
+
+    def _drew(self) -> None:
+        """Hook after the sampler advanced (the writer records its position)."""
+
+    def get(self, idxs) -> dict:
+        self.refresh()
+        idxs = self._checked_idxs(idxs)
+        if self.fields is None:
+            return {}  # no fields yet, and _checked_idxs allowed only an empty selection
+        return self._gather(idxs, ring.ring_head(self.seen, self.base, self.max_size))
+
+    def _gather(self, idxs: np.ndarray, head: int) -> dict:
+        return self.gatherer.gather(idxs, head, self.current_ns())
+
+    def _checked_idxs(self, idxs) -> np.ndarray:
+        arr = np.asarray(idxs)
+        if arr.dtype == object or arr.dtype.kind not in "iu" and not (arr.size == 0 and arr.dtype.kind == "f"):
+            raise InvalidArgumentError(f"idxs must be integers, got {arr.dtype} data")
+        arr = arr.astype(np.int64, copy=False).reshape(-1)
+        size = ring.ring_size(self.seen, self.base, self.max_size)
+        if arr.size and (arr.min() < 0 or arr.max() >= size):
+            bad = arr[(arr < 0) | (arr >= size)][0]
+            raise IndexOutOfRangeError(f"index {bad} is outside [0, {size}) (the store holds {size} transitions)")
+        return arr
+
+    def verify_rows(self, progress: Callable[[int], None] | None = None) -> tuple[int, list[int]]:
+        """``(rows checked, damaged slots)`` for the rows durable at the last flush."""
+        if self.fields is None:
+            return 0, []
+        self.refresh()
+        checkpoint = self.data.ckfile.newest()
+        if checkpoint is None:
+            raise CorruptStoreError(f"{self.data.ckfile.path}: neither checkpoint slot is valid")
+        upto = min(checkpoint.seen, self.seen)
+        first = max(self.base, self.seen - self.max_size, 0)
+        bad = torn_slots(self.data.sums, self.data.storage.arrays, first, upto, self.base, self.max_size,
+                         progress)
+        return max(0, upto - first), self._still_damaged(bad)
+
+    def _still_damaged(self, bad: list[int]) -> list[int]:
+        return bad
+
+    # ------------------------------------------------------------------ closing
+    def close(self) -> None:
+        if self.closed:
+            return
+        try:
+            self._before_close()
+        finally:
+            self.closed = True
+            self._release()
+
+    def _before_close(self) -> None:
+        """Hook: what a session does while everything is still open (the writer flushes)."""
+
+    def _release(self) -> None:
+        if self.gatherer is not None:
+            self.gatherer.close()
+            self.gatherer = None
+        for res in (self.data, self.counters):
+            if res is not None:
+                res.close()
+        self.data = self.counters = None
+        if self.lock is not None:
+            self.lock.release()
+            self.lock = None

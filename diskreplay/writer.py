@@ -1,0 +1,342 @@
+"""The writer session (mode ``r+``): creating a store, recovering it at open, adding,
+flushing and resetting. One writer at a time, held by the ``lock`` file.
+
+Write protocol of one ``add`` (one env step of ``num_envs`` transitions), as FORMAT.md
+gives it and ``counters.begin_step`` / ``counters.commit_step`` perform it:
+
+1. mark the step in flight (``intent``) in the live counters;
+2. write its rows in place in the ring and its next states into the ``ns_buffer``
+   area of its parity (the previous step's area stays intact);
+3. commit by storing ``seen_size`` (and its check word).
+
+A process crash between 1 and 3 leaves rows half-written in slots that held older
+transitions; those are restored from the undo reserve of the last checkpoint, which
+always covers them because an add that would overwrite a row without an undo copy
+flushes first. ``flush()`` syncs every data file, then writes a new checkpoint
+(counters, ``ns_buffer`` and undo copies of the rows the next adds will overwrite).
+
+The two fast adds (``fastadd.py``, chosen by ``bind_add``) perform the same three steps
+inline, because a call per step would cost a measurable share of an add;
+``tests/test_commit_paths.py`` proves them byte-identical to the general path.
+"""
+from __future__ import annotations
+
+import os
+import secrets
+import time
+
+import numpy as np
+
+from . import ring
+from .backends import get_backend
+from .counters import (W_CLEAN, W_DRAWS, W_FLUSH_NS, W_KEY, W_PID, Counters, begin_step, commit_step,
+                       create_counters)
+from .description import new_description, write_description
+from .errors import DiskReplayError, ReadOnlyError, SchemaMismatchError, StoreClosedError, StoreIOError
+from .fastadd import fast_add, fast_vector_add
+from .fsutil import io_error
+from .layout import (create_data_files, finish_creating, lock_exists, mark_creating, prepare_directory,
+                     remove_data_files, remove_store_files, reserve_rows_for, undo_create)
+from .lock import WriterLock
+from .recovery import recover_for_writer
+from .rowsums import update_sums
+from .schema import CORE_FIELDS, FieldSpec, check_row_sizes, coerce, infer_fields
+from .session import Session
+
+
+class Writer(Session):
+    """The writable session. ``live`` is False once closed or after a failed sync: the
+    fast adds check it on every call, so a reference someone kept never writes then."""
+
+    mode = "r+"
+    writable = True
+
+    # ------------------------------------------------------------------ create and open
+    @classmethod
+    def create(cls, path: str, *, max_size: int, num_envs: int, backend: str, batch_size: int,
+               use_cer: bool, entropy: int, specs: dict | None, overwrite: bool,
+               flush_every: int | None) -> "Writer":
+        """Make the store's files (arguments already checked) and open it for writing."""
+        backend_impl = get_backend(backend)
+        directory = os.path.abspath(path)
+        made_dir = prepare_directory(directory, overwrite)
+        lock_existed = lock_exists(directory)
+        try:
+            lock = WriterLock(directory)
+        except BaseException:
+            undo_create(directory, made_dir, lock_existed=True)
+            raise
+        try:
+            mark_creating(directory)
+            remove_store_files(directory, keep_marker=True)
+            reserve = None
+            if specs is not None:
+                reserve = reserve_rows_for(specs, num_envs, max_size, flush_every)
+                create_data_files(directory, backend_impl, specs, max_size, num_envs, reserve,
+                                  _initial_checkpoint(specs, num_envs))
+            create_counters(directory)
+            write_description(directory, new_description(
+                backend=backend, max_size=max_size, num_envs=num_envs, batch_size=batch_size,
+                use_cer=use_cer, fields=specs, entropy=entropy, reserve_rows=reserve,
+                flush_every=flush_every))
+            finish_creating(directory)
+        except BaseException as exc:
+            remove_store_files(directory)
+            lock.release()
+            undo_create(directory, made_dir, lock_existed)
+            if isinstance(exc, OSError) and not isinstance(exc, DiskReplayError):
+                raise io_error(f"creating the store at {directory}", exc) from exc
+            raise
+        return cls(path, lock=lock)
+
+    def _open_state(self) -> None:
+        self.live = False
+        self.failed: BaseException | None = None
+        if self.lock is None:
+            if not os.access(self.directory, os.W_OK):
+                raise ReadOnlyError(
+                    f"{self.path} cannot be opened for writing: no write permission on the directory "
+                    "(or a read-only filesystem); open it with mode='r' to read it")
+            self.lock = WriterLock(self.directory)
+        self.counters = Counters(self.directory, True)
+        if self.fields is not None:
+            self._map_data()
+        result = recover_for_writer(self.path, self.counters, self.data, self.fields, self.num_envs,
+                                    self.max_size, self.reserve_rows)
+        s = result.state
+        self.seen, self.base, self.draws, self.resets = s.seen, s.base, s.draws, s.resets
+        self.checkpoint = result.checkpoint
+        self.recovery_note = result.note
+        self.sampler = ring.Sampler(self.desc["seed_entropy"], self.draws)
+        self.counters.claim(os.getpid(), secrets.randbits(62))
+        self.counters.sync()
+        self.words = self.counters.words
+        self.key = int(self.words[W_KEY])
+        self._set_flush_limit()
+        self.live = True
+
+    def state(self) -> ring.RingState:
+        return ring.RingState(self.seen, self.base, self.sampler.draws, self.resets)
+
+    # ------------------------------------------------------------------ adding
+    def add(self, state, action, reward, next_state, done, extra: dict) -> None:
+        """The general add: any input the schema accepts, materialising the fields first
+        on a store created without them."""
+        if not self.live:
+            raise self.refusal("add")
+        if self.fields is None:
+            self._materialize(state, action, reward, next_state, done, extra)
+        self.write_step(self._coerced_values(state, action, reward, next_state, done, extra))
+
+    def write_step(self, values: list) -> None:
+        """Write one validated step (values in field order, next states last) and commit it."""
+        n = self.num_envs
+        seen = self.seen
+        t_end = seen + n
+        if t_end > self.flush_before:
+            self.flush()
+        words = self.words
+        begin_step(words, t_end)
+        start, fit = ring.step_slots(seen, self.base, self.max_size, n)
+        for arr, value in zip(self.arrays, values):
+            arr[start:start + fit] = value[:fit]
+            if fit < n:  # the step wraps around the ring end
+                arr[: n - fit] = value[fit:]
+        self.data.ns[(t_end // n) & 1] = values[-1]
+        commit_step(words, t_end, self.key)
+        self.seen = t_end
+
+    def _coerced_values(self, state, action, reward, next_state, done, extra) -> list:
+        missing = [name for name in self.extra_names if name not in extra]
+        unknown = sorted(set(extra) - set(self.extra_names))
+        if missing or unknown:
+            parts = []
+            if missing:
+                parts.append(f"missing extra field(s) {', '.join(missing)}")
+            if unknown:
+                parts.append(f"unknown field(s) {', '.join(unknown)}")
+            raise SchemaMismatchError(
+                f"add: {'; '.join(parts)}; the store's fields are {', '.join(self.fields)}")
+        given = {"states": state, "actions": action, "rewards": reward, "dones": done, **extra}
+        n = self.num_envs
+        values = [coerce(spec, given[name], n) for name, spec in self.fields.items()]
+        values.append(coerce(_next_states_spec(self.fields), next_state, n))
+        if n == 1:
+            values = [v[np.newaxis] for v in values]
+        return values
+
+    def _materialize(self, state, action, reward, next_state, done, extra) -> None:
+        """First add of a store created without ``fields``: infer them and create the data files."""
+        given = {"states": state, "actions": action, "rewards": reward, "dones": done, **extra}
+        specs = infer_fields(given, self.num_envs)
+        check_row_sizes(specs)
+        coerce(_next_states_spec(specs), next_state, self.num_envs)  # refuse a bad next state first
+        reserve = reserve_rows_for(specs, self.num_envs, self.max_size, self.desc["flush_every"])
+        backend = get_backend(self.desc["backend"])
+        try:
+            create_data_files(self.directory, backend, specs, self.max_size, self.num_envs, reserve,
+                              _initial_checkpoint(specs, self.num_envs))
+            desc = dict(self.desc)
+            desc["fields"] = {n: s.to_json() for n, s in specs.items()}
+            desc["reserve_rows"] = reserve
+            desc["seed_entropy"] = str(desc["seed_entropy"])
+            write_description(self.directory, desc)
+        except BaseException as exc:
+            remove_data_files(self.directory, backend, specs)
+            if isinstance(exc, OSError) and not isinstance(exc, DiskReplayError):
+                raise io_error(f"creating the data files of {self.path}", exc) from exc
+            raise
+        self._read_description()
+        self._map_data()
+        self.checkpoint = self.data.ckfile.newest()
+        self._set_flush_limit()
+
+    def _map_data(self) -> None:
+        super()._map_data()
+        self.arrays = [self.data.storage.arrays[name] for name in self.fields]
+        self.extra_names = tuple(name for name in self.fields if name not in CORE_FIELDS)
+
+    # ------------------------------------------------------------------ the fast adds
+    def bind_add(self):
+        """The fastest safe ``add`` for the store as it is now, or None for the general one:
+        a closure over locals is the cheapest Python can do per call."""
+        if not self.live or self.fields is None or self.extra_names:
+            return None
+        return fast_add(self) if self.num_envs == 1 else fast_vector_add(self)
+
+    # ------------------------------------------------------------------ flushing
+    def flush(self) -> None:
+        """Sync every data file, then write a new checkpoint; a failure leaves the writer failed."""
+        if not self.live:
+            raise self.refusal("flush")
+        try:
+            self._flush()
+        except DiskReplayError as exc:
+            self._fail(exc)
+            raise
+        except OSError as exc:
+            self._fail(exc)
+            raise io_error(f"flushing {self.path}", exc) from exc
+
+    def _fail(self, exc: BaseException) -> None:
+        """After a failed sync nothing more is written: the disk may not hold what we think."""
+        self.failed = exc
+        self.live = False
+
+    def _flush(self) -> None:
+        self.words[W_DRAWS] = self.sampler.draws
+        if self.fields is None:
+            self.counters.sync()
+            return
+        summed = self.checkpoint.seen if self.checkpoint is not None else 0
+        update_sums(self.data.sums, self.data.storage.arrays, summed, self.seen, self.base, self.max_size)
+        self.data.sync_rows()
+        self.words[W_FLUSH_NS] = time.time_ns()
+        self.counters.sync()
+        self._write_checkpoint()
+
+    def _write_checkpoint(self) -> None:
+        seen, base, m = self.seen, self.base, self.max_size
+        generation = (self.checkpoint.generation + 1) if self.checkpoint else 1
+        first_overwrite = max(seen + 1, base + m + 1)
+        count = max(0, seen + self.reserve_rows - first_overwrite + 1)
+        parts = {}
+        for name, arr in self.data.storage.arrays.items():
+            blocks = []
+            if count:
+                start = ring.slot_of(first_overwrite, base, m)
+                end = min(start + count, m)
+                blocks.append(arr[start:end])
+                if end - start < count:
+                    blocks.append(arr[: count - (end - start)])
+            parts[name] = blocks
+        ns_rows = self.current_ns() if seen > base else np.zeros_like(self.data.ns[0])
+        ckfile = self.data.ckfile
+        slot = generation % 2
+        ckfile.write(slot, generation=generation, seen=seen, base=base, draws=self.sampler.draws,
+                     resets=self.resets, ns_rows=ns_rows,
+                     reserve_first=first_overwrite if count else seen + 1, reserve_parts=parts)
+        self.checkpoint = ckfile.read_header(slot)
+        if self.checkpoint is None:
+            raise StoreIOError(f"{ckfile.path}: the checkpoint just written does not read back")
+        self._set_flush_limit()
+
+    def _set_flush_limit(self) -> None:
+        """The newest transition an add may write before a flush is due: past it, a slot
+        would be overwritten that the newest checkpoint holds no undo copy of."""
+        if self.fields is None:
+            self.flush_before = 1 << 62
+            return
+        c = self.checkpoint
+        limit = max(c.seen + self.reserve_rows, self.base + self.max_size) if c else self.base + self.max_size
+        if c is not None and c.base != self.base:
+            limit = self.base + self.max_size
+        flush_every = self.desc["flush_every"]
+        if flush_every is not None:
+            limit = min(limit, self.seen + flush_every * self.num_envs)
+        self.flush_before = limit
+
+    # ------------------------------------------------------------------ reset and adopt
+    def reset(self) -> None:
+        """Empty the ring (``seen_size`` keeps counting), durably."""
+        if not self.live:
+            raise self.refusal("reset")
+        if self.fields is not None:
+            self.flush()
+        self.base = self.seen
+        self.resets += 1
+        self.counters.commit_state(self.seen, self.base, self.sampler.draws, self.resets)
+        if self.fields is not None:
+            self.flush()
+        else:
+            self.counters.sync()
+
+    def adopt(self, state: ring.RingState, ns_rows: np.ndarray | None) -> None:
+        """Take over the counters, sampler position and ``ns_buffer`` of another store whose
+        rows were copied into this one slot for slot (``convert``), then flush."""
+        if ns_rows is not None:
+            self.data.ns[(state.seen // self.num_envs) % 2] = ns_rows
+        self.counters.commit_state(state.seen, state.base, state.draws, state.resets)
+        self.seen, self.base, self.resets = state.seen, state.base, state.resets
+        self.sampler = ring.Sampler(self.desc["seed_entropy"], state.draws)
+        self._set_flush_limit()
+        self.flush()
+
+    def _drew(self) -> None:
+        self.words[W_DRAWS] = self.sampler.draws
+
+    # ------------------------------------------------------------------ closing
+    def refusal(self, what: str) -> DiskReplayError:
+        if self.closed:
+            return StoreClosedError(f"cannot {what}: {self.path} is closed")
+        return StoreIOError(f"cannot {what}: an earlier sync of {self.path} failed ({self.failed}); "
+                            "the store refuses writes until it is reopened")
+
+    def _before_close(self) -> None:
+        if self.live:
+            self.flush()
+            self.words[W_CLEAN] = 1
+            self.words[W_PID] = 0
+            self.counters.sync()
+
+    def _release(self) -> None:
+        self.live = False  # held references to the fast add must not store into unmapped memory
+        self.arrays = []
+        self.words = None
+        super()._release()
+
+
+def _next_states_spec(specs: dict) -> FieldSpec:
+    return FieldSpec("next_states", specs["states"].shape, specs["states"].dtype)
+
+
+def _initial_checkpoint(specs: dict, num_envs: int):
+    """An initial checkpoint at seen_size 0: recovery always has one to fall back on."""
+    states = specs["states"]
+
+    def write(ckfile) -> None:
+        ckfile.write(1, generation=1, seen=0, base=0, draws=0, resets=0,
+                     ns_rows=np.zeros((num_envs,) + states.shape, states.dtype),
+                     reserve_first=1, reserve_parts={name: [] for name in specs})
+
+    return write

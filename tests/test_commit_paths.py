@@ -1,0 +1,96 @@
+"""The commit protocol has one definition (``counters.begin_step`` / ``commit_step``, used by
+``Writer.write_step``); the two fast adds write it inline. This state machine performs
+the same steps through a fast add on one store and through the general add on another,
+and requires the two stores to be byte-identical after every step: rows, ``ns_buffer``,
+CRCs and the counter record (less the per-writer key, pid and boot words)."""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
+
+from diskreplay import DiskReplay
+from diskreplay.backends import BACKENDS
+from diskreplay.counters import NWORDS, W_BOOT, W_CHECK, W_FLUSH_NS, W_KEY, W_PID
+
+PER_WRITER_WORDS = {W_KEY, W_CHECK, W_PID, W_BOOT, W_FLUSH_NS}
+FIELDS = {"states": ((3,), "float32"), "actions": ((), "int64"), "rewards": ((), "float32"),
+          "dones": ((), "bool")}
+
+
+def step(rng: np.random.Generator, num_envs: int):
+    """Exact-dtype inputs, the kind the fast adds take."""
+    if num_envs == 1:
+        return (rng.standard_normal(3).astype(np.float32), int(rng.integers(-5, 5)), float(rng.standard_normal()),
+                rng.standard_normal(3).astype(np.float32), bool(rng.integers(2)))
+    return (rng.standard_normal((num_envs, 3)).astype(np.float32), rng.integers(-5, 5, num_envs),
+            rng.standard_normal(num_envs).astype(np.float32), rng.standard_normal((num_envs, 3)).astype(np.float32),
+            rng.integers(0, 2, num_envs).astype(bool))
+
+
+def store_bytes(buf: DiskReplay) -> dict:
+    """The rows of every field as stored, and the bytes of ``ns_buffer.npy`` and
+    ``rowsums.npy`` (whole files: HDF5's own structure records creation times)."""
+    out = {name: arr.tobytes() for name, arr in buf._session.storage.arrays.items()}
+    for name in ("ns_buffer.npy", "rowsums.npy"):
+        with open(os.path.join(buf.path, name), "rb") as f:
+            out[name] = f.read()
+    return out
+
+
+class CommitPaths(RuleBasedStateMachine):
+    def __init__(self):
+        super().__init__()
+        self.tmp = None
+
+    @initialize(backend=st.sampled_from(list(BACKENDS)), num_envs=st.sampled_from([1, 3]),
+                max_size=st.sampled_from([7, 12]), flush_every=st.sampled_from([None, 2]),
+                seed=st.integers(0, 2**16))
+    def setup(self, backend, num_envs, max_size, flush_every, seed):
+        import tempfile
+
+        self.tmp = tempfile.TemporaryDirectory()
+        self.rng = np.random.default_rng(seed)
+        self.num_envs = num_envs
+        kwargs = dict(num_envs=num_envs, backend=backend, seed=seed, fields=FIELDS, flush_every=flush_every)
+        self.paths = [os.path.join(self.tmp.name, name) for name in ("fast.replay", "general.replay")]
+        self.fast, self.general = (DiskReplay.create(p, max_size, **kwargs) for p in self.paths)
+        assert "add" in self.fast.__dict__, "the fast add is installed on a store with core fields only"
+
+    @rule()
+    def add(self):
+        values = step(self.rng, self.num_envs)
+        self.fast.add(*values)
+        DiskReplay.add(self.general, *values)  # the class's method: the general path
+
+    @rule()
+    def flush(self):
+        self.fast.flush()
+        self.general.flush()
+
+    @invariant()
+    def identical(self):
+        if self.tmp is None:
+            return
+        a, b = self.fast._session.counters.words, self.general._session.counters.words
+        for w in range(NWORDS):
+            if w not in PER_WRITER_WORDS:
+                assert a[w] == b[w], f"counter word {w}: fast {a[w]}, general {b[w]}"
+        assert a[W_CHECK] ^ a[W_KEY] == b[W_CHECK] ^ b[W_KEY]
+        fast_files, general_files = store_bytes(self.fast), store_bytes(self.general)
+        assert fast_files.keys() == general_files.keys()
+        for name in fast_files:
+            assert fast_files[name] == general_files[name], name
+
+    def teardown(self):
+        if self.tmp is not None:
+            self.fast.close()
+            self.general.close()
+            self.tmp.cleanup()
+
+
+TestCommitPaths = CommitPaths.TestCase
+TestCommitPaths.settings = settings(max_examples=40, stateful_step_count=30, deadline=None)
