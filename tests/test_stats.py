@@ -1,0 +1,116 @@
+"""diskreplay.stats from Python: running moments, episode returns, histograms.
+
+The episode store has 2 envs and 7 steps (transitions 1..14, env e adds transitions
+2 * step + e + 1). env 0 earns 1 a step and is done at steps 2 and 5; env 1 earns 10 a step
+and is done at step 3. So env 0's episodes are steps 0-2 (return 3, ends at transition 5)
+and 3-5 (return 3, transition 11); env 1's is steps 0-3 (return 40, transition 8).
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from diskreplay import DiskReplay, EmptyStoreError
+from diskreplay.stats import Episodes, RunningStats, compute_stats, histograms
+
+STEPS = 7
+DONE_STEPS = ({2, 5}, {3})
+REWARDS = (1.0, 10.0)
+FIELDS = {"states": ((2,), "float32"), "actions": ((), "int64"), "rewards": ((), "float32"),
+          "dones": ((), "bool")}
+
+
+def episode_store(path, backend, max_size):
+    with DiskReplay.create(path, max_size, num_envs=2, backend=backend, seed=0, fields=FIELDS) as buf:
+        for step in range(STEPS):
+            ts = np.array([2 * step + 1, 2 * step + 2])
+            states = np.repeat(ts[:, None].astype(np.float32), 2, 1)
+            buf.add(states, ts, np.array(REWARDS, np.float32), states + 2,
+                    np.array([step in DONE_STEPS[0], step in DONE_STEPS[1]]))
+    return path
+
+
+def test_running_stats_match_numpy():
+    rng = np.random.default_rng(0)
+    blocks = [rng.normal(3, 2, size=(n, 3)).astype(np.float32) for n in (1, 7, 50, 0, 13)]
+    blocks[2][4, 1] = np.nan
+    blocks[1][0, 0] = np.inf
+    s = RunningStats()
+    for b in blocks:
+        s.update(b)
+    x = np.concatenate([b.reshape(-1) for b in blocks]).astype(np.float64)
+    finite = x[np.isfinite(x)]
+    d = s.as_dict()
+    assert d["count"] == finite.size and d["nonfinite"] == 2
+    assert d["min"] == finite.min() and d["max"] == finite.max()
+    assert d["mean"] == pytest.approx(finite.mean()) and d["std"] == pytest.approx(finite.std())
+    ints = RunningStats()
+    ints.update(np.arange(5))
+    assert ints.as_dict() == {"count": 5, "min": 0.0, "max": 4.0, "mean": 2.0, "std": pytest.approx(2 ** 0.5)}
+    assert RunningStats().as_dict() == {"count": 0, "min": None, "max": None, "mean": None, "std": None}
+
+
+def test_episodes_follow_each_env():
+    ep = Episodes(2, starts_complete=False)
+    ep.update(np.array([1, 2, 3, 4]), np.array([0, 1, 0, 1]), [1, 2, 3, 4], [True, False, True, True])
+    # env 0: its first done closes an episode that began before the range, the second is complete.
+    assert ep.returns == [(3, 0, 3.0)]
+    assert ep.as_dict()["dones_per_env"] == [2, 1]
+
+
+def test_compute_stats_of_a_store_that_kept_everything(tmp_path, backend):
+    path = episode_store(tmp_path / "all.replay", backend, max_size=100)
+    calls = []
+    with DiskReplay.open(path, mode="r") as buf:
+        d = compute_stats(buf, progress=lambda done, total: calls.append((done, total)), keep_returns=True)
+    assert (d["size"], d["seen_size"], d["skipped_overwritten"], d["dones"]) == (14, 14, 0, 3)
+    ep = d["episodes"]
+    assert ep["returns"] == [(5, 0, 3.0), (8, 1, 40.0), (11, 0, 3.0)]
+    assert ep["dones_per_env"] == [2, 1] and ep["complete_episodes_per_env"] == [2, 1]
+    assert (ep["complete_episodes"], ep["return_min"], ep["return_max"]) == (3, 3.0, 40.0)
+    assert ep["return_mean"] == pytest.approx(46 / 3)
+    ts = np.arange(1, 15, dtype=np.float64)
+    assert d["fields"]["actions"]["mean"] == pytest.approx(ts.mean())
+    assert d["fields"]["actions"]["std"] == pytest.approx(ts.std())
+    assert d["fields"]["states"]["count"] == 28
+    assert d["fields"]["rewards"]["mean"] == pytest.approx(5.5)
+    assert d["fields"]["dones"]["mean"] == pytest.approx(3 / 14)
+    assert calls[-1] == (14, 14)
+    with DiskReplay.open(path, mode="r") as buf:
+        assert "returns" not in compute_stats(buf)["episodes"]
+
+
+def test_compute_stats_counts_only_episodes_that_start_in_the_store(tmp_path, backend):
+    # max_size 10 keeps transitions 5..14 (steps 2..6): env 0's done at step 2 closes an
+    # episode whose start was evicted; its next one (steps 3-5) is complete.
+    path = episode_store(tmp_path / "wrapped.replay", backend, max_size=10)
+    with DiskReplay.open(path, mode="r") as buf:
+        d = compute_stats(buf, keep_returns=True)
+    assert (d["size"], d["seen_size"], d["dones"]) == (10, 14, 3)
+    ep = d["episodes"]
+    assert ep["returns"] == [(11, 0, 3.0)]  # env 1's only episode began at step 0
+    assert ep["dones_per_env"] == [2, 1] and ep["complete_episodes_per_env"] == [1, 0]
+    assert d["fields"]["actions"]["min"] == 5 and d["fields"]["actions"]["max"] == 14
+
+
+def test_compute_stats_of_stores_without_transitions(tmp_path):
+    with DiskReplay.create(tmp_path / "e.replay", 4, seed=0, fields=FIELDS) as buf:
+        d = compute_stats(buf)
+        assert d["size"] == 0 and d["fields"]["rewards"]["count"] == 0
+        assert d["episodes"]["complete_episodes"] == 0 and d["episodes"]["return_mean"] is None
+    with DiskReplay.create(tmp_path / "u.replay", 4, seed=0) as buf:
+        with pytest.raises(EmptyStoreError):
+            compute_stats(buf)
+
+
+def test_histograms(tmp_path, backend):
+    path = episode_store(tmp_path / "h.replay", backend, max_size=100)
+    with DiskReplay.open(path, mode="r") as buf:
+        stats = compute_stats(buf)
+        ranges = {name: (s["min"], s["max"]) for name, s in stats["fields"].items()}
+        hists = histograms(buf, dict(ranges, rewards=(1.0, 1.0)), bins=4)
+        assert histograms(buf, {"actions": (None, None)}) == {}  # a field without finite values
+    counts, edges = hists["actions"]
+    assert counts.sum() == 14 and edges[0] == 1 and edges[-1] == 14
+    counts, edges = hists["rewards"]  # an empty range is widened to one unit
+    assert edges[0] == 0.5 and edges[-1] == 1.5 and counts.sum() == 7
