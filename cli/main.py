@@ -12,6 +12,7 @@ import sys
 import click
 
 from diskreplay import DiskReplay, DiskReplayError, InvalidArgumentError
+from diskreplay.backends import BACKENDS
 from diskreplay.export import export_store
 from diskreplay.stats import compute_stats
 from diskreplay.verify import verify_store
@@ -272,7 +273,7 @@ def plot(path, out) -> None:
 @main.command()
 @click.argument("src", type=click.Path())
 @click.argument("dst", type=click.Path())
-@click.option("--backend", required=True, type=click.Choice(["memmap", "hdf5"]), help="Backend of DST.")
+@click.option("--backend", required=True, type=click.Choice(BACKENDS), help="Backend of DST.")
 @click.option("--overwrite", is_flag=True, help="Replace an existing store at DST.")
 @handle_errors
 def convert(src, dst, backend, overwrite) -> None:

@@ -17,7 +17,7 @@ for any Python user (and the CLI); ``slm`` is the SLM-Lab drop-in.
 """
 from .errors import (CorruptStoreError, DiskReplayError, EmptyStoreError, IncompleteStoreError,
                      IndexOutOfRangeError, InsufficientSpaceError, InvalidArgumentError, NotAStoreError,
-                     ReadOnlyError, RecoveryWarning, SchemaMismatchError, StoreClosedError,
+                     OvertakenError, ReadOnlyError, RecoveryWarning, SchemaMismatchError, StoreClosedError,
                      StoreExistsError, StoreIOError, StoreLockedError, StoreNotFoundError,
                      StorePermissionError, TornReadError, UnsupportedFormatError)
 from .store import FORMAT_VERSION, DiskReplay
@@ -27,7 +27,7 @@ __version__ = "0.1.0"
 __all__ = [
     "DiskReplay", "DiskReplayError", "FORMAT_VERSION", "CorruptStoreError", "EmptyStoreError",
     "IncompleteStoreError", "IndexOutOfRangeError", "InsufficientSpaceError", "InvalidArgumentError",
-    "NotAStoreError", "ReadOnlyError", "RecoveryWarning", "SchemaMismatchError", "StoreClosedError",
+    "NotAStoreError", "OvertakenError", "ReadOnlyError", "RecoveryWarning", "SchemaMismatchError", "StoreClosedError",
     "StoreExistsError", "StoreIOError", "StoreLockedError", "StoreNotFoundError", "StorePermissionError",
     "TornReadError", "UnsupportedFormatError",
 ]

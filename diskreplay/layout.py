@@ -76,8 +76,9 @@ def own_files(directory: str) -> bool:
     return all(_is_own_file(name) for name in os.listdir(directory))
 
 
-def check_is_store(directory: str) -> None:
-    """Raise the right error unless ``directory`` is a completely created store."""
+def check_is_store(directory: str, *, allow_incomplete: bool = False) -> None:
+    """Raise the right error unless ``directory`` is a completely created store (or, with
+    ``allow_incomplete``, at least a half-created one, for ``verify`` to report on)."""
     if not os.path.lexists(directory):
         raise StoreNotFoundError(f"no store at {directory}: the path does not exist")
     if not os.path.isdir(directory):
@@ -87,10 +88,12 @@ def check_is_store(directory: str) -> None:
     except OSError as exc:
         raise io_error(f"listing {directory}", exc) from exc
     if DESCRIPTION_FILE in names:
-        if CREATING_MARKER in names:
+        if CREATING_MARKER in names and not allow_incomplete:
             raise IncompleteStoreError(f"{directory} {INCOMPLETE_HINT}")
         return
     if CREATING_MARKER in names or COUNTERS_FILE in names or names == {LOCK_FILE}:
+        if allow_incomplete and names != {LOCK_FILE}:
+            return
         raise IncompleteStoreError(f"{directory} {INCOMPLETE_HINT}")
     raise NotAStoreError(f"{directory} is not a diskreplay store: it has no {DESCRIPTION_FILE}")
 

@@ -31,8 +31,8 @@ from .backends import BACKENDS, get_backend
 from .checkpoint import CHECKPOINT_FILE, CheckpointFile, CheckpointLayout
 from .counters import COMMIT_RETRIES, COUNTERS_FILE, Counters
 from .description import DESCRIPTION_FILE, read_description
-from .errors import DiskReplayError, NotAStoreError, StoreNotFoundError
-from .layout import CREATING_MARKER, NS_FILE
+from .errors import DiskReplayError
+from .layout import CREATING_MARKER, NS_FILE, check_is_store
 from .npyfile import read_npy_header
 from .rowsums import ROWSUMS_FILE, row_sum
 
@@ -78,7 +78,7 @@ def verify_store(path, progress: Callable[[int, int], None] | None = None) -> Ve
     report = VerifyReport(os.fspath(path))
     report.checked.update(files=0, fields=0, rows=0, field_rows=0, rows_crc_checked=0,
                           checkpoint_slots_valid=0)
-    _check_is_store(directory, report.path)
+    check_is_store(directory, allow_incomplete=True)
     if os.path.exists(os.path.join(directory, CREATING_MARKER)):
         report.problem(f"{os.path.join(directory, CREATING_MARKER)}: the store was never completely created")
 
@@ -89,7 +89,7 @@ def verify_store(path, progress: Callable[[int, int], None] | None = None) -> Ve
         report.problem(f"{DESCRIPTION_FILE}: {exc}")
         return report
     report.count("files")
-    fields, max_size, num_envs = desc["fields"], desc["max_size"], desc["num_envs"]
+    fields, num_envs = desc["fields"], desc["num_envs"]
 
     # -- live counters
     seen = base = None
@@ -163,15 +163,6 @@ def verify_store(path, progress: Callable[[int, int], None] | None = None) -> Ve
     elif starts:
         _read_rows(directory, desc, starts, (seen, base), checkpoint_seen, report, progress)
     return report
-
-
-def _check_is_store(directory: str, shown: str) -> None:
-    if not os.path.exists(directory):
-        raise StoreNotFoundError(f"no store at {shown}: the path does not exist")
-    if not os.path.isdir(directory):
-        raise NotAStoreError(f"{shown} is a file, not a diskreplay store (a store is a directory)")
-    if not {DESCRIPTION_FILE, COUNTERS_FILE, CREATING_MARKER} & set(os.listdir(directory)):
-        raise NotAStoreError(f"{shown} is not a diskreplay store: it has no {DESCRIPTION_FILE}")
 
 
 def _data_starts(directory: str, desc: dict, report: VerifyReport) -> dict:

@@ -12,7 +12,7 @@ MAX_LINES = 450
 DURABILITY = {"description", "counters", "checkpoint", "rowsums", "lock", "recovery"}
 FACADE_AND_ABOVE = {"store", "views", "stats", "export", "slm", "demo", "sb3", "torchrl", "gym", "ray"}
 CLI_MAY_IMPORT = {"diskreplay", "diskreplay.views", "diskreplay.stats", "diskreplay.export", "diskreplay.verify",
-                  "diskreplay.errors"}
+                  "diskreplay.errors", "diskreplay.backends"}  # backends: the public BACKENDS list
 
 
 def _sources() -> dict[str, str]:
