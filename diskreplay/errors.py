@@ -84,3 +84,31 @@ class OvertakenError(TornReadError):
 
 class RecoveryWarning(UserWarning):
     """Opening the store needed recovery (journal replay or rollback to the last flush)."""
+
+
+# ---------------------------------------------------------------- the SLM-Lab drop-in (slm.py)
+class MemorySpecError(InvalidArgumentError):
+    """An SLM-Lab memory spec given to the drop-in lacks a required key or has a bad value."""
+
+
+class StoreMismatchError(InvalidArgumentError):
+    """The store found at a path disagrees with what the caller asked for (its max_size,
+    num_envs, backend, use_cer or fields, which are fixed when a store is created)."""
+
+
+class InterfaceMismatchError(DiskReplayError, TypeError):
+    """A call does not match the SLM-Lab interface in use (e.g. ``update`` with v4's five
+    arguments on a memory that follows v5's seven)."""
+
+
+class ReadOnlyViewError(DiskReplayError, TypeError):
+    """Assignment into a read-only view of a store (e.g. ``memory.states[0] = x``)."""
+
+
+class SlotIndexError(IndexOutOfRangeError):
+    """An index into a view lies outside ``[-len(view), len(view))``."""
+
+
+class PartialStepWarning(UserWarning):
+    """A partial env step the drop-in was buffering (``add_experience`` with num_envs > 1)
+    was dropped by ``close()`` and never reached the store."""
