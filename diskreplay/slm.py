@@ -301,7 +301,7 @@ class DiskReplay:
                 if self._known is None:
                     self._known = self.store.fields
                     self._first_specs = None
-        self._train_check(self.seen_size, self.head)
+        self._train_check()
 
     def _add_step(self, values: tuple) -> None:
         """A whole vector-env step with nothing buffered: one store add, then the seed's
@@ -312,8 +312,8 @@ class DiskReplay:
         for e in range(1, self.ns_idx_offset + 1):
             if algorithm.to_train:
                 break  # ``to_train or ...`` keeps it as it is
-            algorithm.to_train = algorithm.to_train or (
-                seen + e > algorithm.training_start_step and (head + e) % m % algorithm.training_frequency == 0)
+            algorithm.to_train = (seen + e > algorithm.training_start_step
+                                  and (head + e) % m % algorithm.training_frequency == 0)
 
     def _store_add(self, values: tuple) -> None:
         if self._extras:
@@ -321,12 +321,13 @@ class DiskReplay:
         else:
             self.store.add(*values)
 
-    def _train_check(self, seen_size: int, head: int) -> None:
-        """SLM-Lab's rule, after each transition: train once more than ``training_start_step``
-        transitions were seen and ``head`` is a multiple of ``training_frequency``."""
+    def _train_check(self) -> None:
+        """SLM-Lab's rule, after each transition: ``to_train = to_train or (seen_size >
+        training_start_step and head % training_frequency == 0)`` (a set flag is left as it is)."""
         algorithm = self._algorithm()
-        algorithm.to_train = algorithm.to_train or (
-            seen_size > algorithm.training_start_step and head % algorithm.training_frequency == 0)
+        if not algorithm.to_train:
+            algorithm.to_train = (self.seen_size > algorithm.training_start_step
+                                  and self.head % algorithm.training_frequency == 0)
 
     def _bind(self, method: str, args: tuple, kwargs: dict) -> tuple:
         """The values of ``args`` and ``kwargs`` in the interface's argument order, or a clear error."""
