@@ -7,6 +7,10 @@ drop-in makes (dtypes kept; a next state is the state of the same env's next tra
 wrap-around included), one transition at a time. v4 is the seed's interface
 ``(memory_spec, body)``; v5 is SLM-Lab 5's ``(memory_spec, agent)`` with terminated/truncated.
 """
+import os
+import subprocess
+import sys
+import textwrap
 import warnings
 from collections import deque
 from types import SimpleNamespace
@@ -16,8 +20,8 @@ import pytest
 
 from diskreplay import DiskReplay as Store
 from diskreplay.errors import (DiskReplayError, EmptyStoreError, InterfaceMismatchError, MemorySpecError,
-                               PartialStepWarning, ReadOnlyViewError, SchemaMismatchError, SlotIndexError,
-                               StoreExistsError, StoreMismatchError)
+                               PartialStepWarning, ReadOnlyViewError, RecoveryWarning, SchemaMismatchError,
+                               SlotIndexError, StoreExistsError, StoreMismatchError)
 from diskreplay.slm import DiskReplay, DiskReplayV4, DiskReplayV5
 
 CORE = ("states", "actions", "rewards", "dones")
@@ -328,6 +332,29 @@ def test_close_drops_a_partial_step_with_a_warning(tmp_path, backend):
     assert (reopened.size, reopened.seen_size, reopened.head) == (3, 3, 2)
     assert reopened.states[3] is None
     reopened.close()
+
+
+def test_a_crash_loses_only_the_buffered_partial_step(tmp_path, backend):
+    """A writer killed (os._exit, no close) after 2 whole steps and 2 more transitions."""
+    child = textwrap.dedent(f"""
+        import os, sys
+        sys.path.insert(0, {os.path.dirname(__file__)!r})
+        from test_slm import DiskReplay, args_of, make_body, spec, transition
+        memory = DiskReplay(spec({str(tmp_path / "m")!r}, backend={backend!r}), make_body(3))
+        for t in range(1, 9):
+            memory.add_experience(*args_of(transition(t), "v4"))
+        assert (memory.size, memory.seen_size) == (7, 8)
+        os._exit(0)
+        """)
+    subprocess.run([sys.executable, "-c", child], check=True, timeout=120)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RecoveryWarning)
+        memory = DiskReplay(spec(tmp_path / "m", backend=backend), make_body(3))
+    ref = SeedReference(7, 3)
+    for t in range(1, 7):
+        ref.add(transition(t))
+    assert_like_reference(memory, ref)  # transitions 7 and 8 were only in the crashed process
+    close_expecting(memory, 0)
 
 
 # ---------------------------------------------------------------------- SLM-Lab's own memory tests, restated
