@@ -134,7 +134,8 @@ class DiskReplay:
         try:
             spec["path"] = os.fspath(spec["path"])
         except TypeError:
-            raise MemorySpecError(f"the memory spec's 'path' must be a path string, got {spec['path']!r}") from None
+            raise MemorySpecError(
+                f"the memory spec's 'path' must be a path string, got {spec['path']!r}") from None
         if "use_cer" in memory_spec:
             use_cer = memory_spec["use_cer"]
             if not isinstance(use_cer, (bool, np.bool_)):
@@ -196,7 +197,8 @@ class DiskReplay:
             problems.append(f"num_envs: the store holds steps of {store.num_envs} envs, the "
                             f"{self._owner_name}'s env has {self.ns_idx_offset}")
         if "use_cer" in spec and bool(store.use_cer) != spec["use_cer"]:
-            problems.append(f"use_cer: the store has {bool(store.use_cer)}, the memory spec says {spec['use_cer']}")
+            problems.append(
+                f"use_cer: the store has {bool(store.use_cer)}, the memory spec says {spec['use_cer']}")
         if "backend" in spec and store.backend != spec["backend"]:
             problems.append(f"backend: the store is {store.backend!r}, the memory spec says {spec['backend']!r} "
                             "(DiskReplay.convert copies a store to the other backend)")
@@ -714,7 +716,8 @@ def _slots(key, length: int, what: str, unit: str):
                 arr = arr.astype(np.int64)
             if arr.dtype.kind not in "iu":
                 raise InvalidArgumentError(
-                    f"{what}: an index array must hold integers, got {arr.dtype} (boolean masks are not supported)")
+                    f"{what}: an index array must hold integers, got {arr.dtype} "
+                    "(boolean masks are not supported)")
             flat = arr.astype(np.int64).reshape(-1)
             _check_range(flat, length, what, unit)
             return flat % length if length else flat, arr.shape
@@ -762,7 +765,8 @@ def _spec_count(spec: Mapping, key: str) -> int:
     value = spec[key]
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real) or \
             not float(value).is_integer() or value < 1:
-        raise MemorySpecError(f"the memory spec's {key!r} must be a whole number >= 1 (1e6 is fine), got {value!r}")
+        raise MemorySpecError(
+            f"the memory spec's {key!r} must be a whole number >= 1 (1e6 is fine), got {value!r}")
     return int(value)
 
 
@@ -807,7 +811,8 @@ def _inferred_dtype(name: str, value) -> np.dtype:
         return np.dtype(np.int64)
     if kind == "f":
         return np.dtype(np.float32)
-    raise SchemaMismatchError(f"{name}: got non-numeric data ({type(value).__name__}); fields must be bool, int or float")
+    raise SchemaMismatchError(
+        f"{name}: got non-numeric data ({type(value).__name__}); fields must be bool, int or float")
 
 
 def _as_field(name: str, value, shape: tuple, dtype: np.dtype, copy: bool) -> np.ndarray:

@@ -75,7 +75,8 @@ def args_of(tr: dict, version: str) -> tuple:
 
 
 def kwargs_of(tr: dict, version: str) -> dict:
-    names = ("state", "action", "reward", "next_state", "done") + (("terminated", "truncated") if version == "v5" else ())
+    names = ("state", "action", "reward", "next_state", "done")
+    names += ("terminated", "truncated") if version == "v5" else ()
     return dict(zip(names, args_of(tr, version)))
 
 
@@ -423,7 +424,8 @@ def test_v5_update_stores_and_samples_terminated_and_truncated(tmp_path, backend
     memory = DiskReplay(spec(tmp_path / "m", backend=backend), agent)
     assert isinstance(memory, DiskReplayV5) and memory.slm_version == "v5" and memory.agent is agent
     agent.algorithm = make_algorithm(training_start_step=2, training_frequency=3)
-    assert memory.data_keys == ["states", "actions", "rewards", "next_states", "dones", "terminateds", "truncateds"]
+    assert memory.data_keys == ["states", "actions", "rewards", "next_states", "dones",
+                                "terminateds", "truncateds"]
     ref = SeedReference(7, num_envs, fields=CORE + V5_EXTRAS)
     flag = make_algorithm(training_start_step=2, training_frequency=3)
     t = 1
@@ -532,8 +534,10 @@ def test_reopening_resumes_views_counters_and_the_sample_stream(tmp_path, backen
     kw = dict(backend=backend, use_cer=use_cer, seed=7, max_size=10)
     # v5's CER cursor is not in the store: a reopened memory starts it at the head, which is
     # where it was here (the last sample came after no more than batch_size new transitions).
-    first = [("add", t) for t in range(1, 13)] + [("sample",)] * 2 + [("add", t) for t in range(13, 16)] + [("sample",)]
-    then = [("add", t) for t in range(16, 31)] + [("sample",), ("add", 31), ("add", 32), ("add", 33), ("sample",)] * 2
+    first = [("add", t) for t in range(1, 13)] + [("sample",)] * 2
+    first += [("add", t) for t in range(13, 16)] + [("sample",)]
+    then = [("add", t) for t in range(16, 31)]
+    then += [("sample",), ("add", 31), ("add", 32), ("add", 33), ("sample",)] * 2
     control = DiskReplay(spec(tmp_path / "control", **kw), make(num_envs))
     want = run_ops(control, first + then, version, extras, num_envs)
     memory = DiskReplay(spec(tmp_path / "m", **kw), make(num_envs))
@@ -582,9 +586,11 @@ def test_reopening_refuses_a_spec_the_store_disagrees_with(tmp_path, backend):
     memory.close()
     cases = [({"max_size": 20}, make_body(2), "max_size: the store has 10, the memory spec says 20"),
              ({"use_cer": False}, make_body(2), "use_cer: the store has True, the memory spec says False"),
-             ({"backend": other}, make_body(2), f"backend: the store is '{backend}', the memory spec says '{other}'"),
+             ({"backend": other}, make_body(2),
+              f"backend: the store is '{backend}', the memory spec says '{other}'"),
              ({}, make_body(3), "num_envs: the store holds steps of 2 envs, the body's env has 3"),
-             ({"fields": {"rewards": [[], "float64"]}}, make_body(2), "the store has shape () float32, the memory spec says shape () float64"),
+             ({"fields": {"rewards": [[], "float64"]}}, make_body(2),
+              "the store has shape () float32, the memory spec says shape () float64"),
              ({}, make_agent(2), "fields: the store has states, actions, rewards, dones, a v5 memory stores")]
     for change, owner, message in cases:
         with pytest.raises(StoreMismatchError) as info:
