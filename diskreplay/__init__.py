@@ -16,18 +16,19 @@ and ``verify`` work below the facade; ``views``, ``stats`` and ``export`` read s
 for any Python user (and the CLI); ``slm`` is the SLM-Lab drop-in.
 """
 from .errors import (CorruptStoreError, DiskReplayError, EmptyStoreError, IncompleteStoreError,
-                     IndexOutOfRangeError, InsufficientSpaceError, InvalidArgumentError, NotAStoreError,
-                     OvertakenError, ReadOnlyError, RecoveryWarning, SchemaMismatchError, StoreClosedError,
-                     StoreExistsError, StoreIOError, StoreLockedError, StoreNotFoundError,
-                     StorePermissionError, TornReadError, UnsupportedFormatError)
+                     IndexOutOfRangeError, InsufficientSpaceError, InterfaceMismatchError,
+                     InvalidArgumentError, MemorySpecError, NotAStoreError, OvertakenError,
+                     PartialStepWarning, ReadOnlyError, ReadOnlyViewError, RecoveryWarning,
+                     SchemaMismatchError, SlotIndexError, StoreClosedError, StoreExistsError, StoreIOError,
+                     StoreLockedError, StoreMismatchError, StoreNotFoundError, StorePermissionError,
+                     TornReadError, UnsupportedFormatError)
 from .store import FORMAT_VERSION, DiskReplay
 
 __version__ = "0.1.0"
 
-__all__ = [
-    "DiskReplay", "DiskReplayError", "FORMAT_VERSION", "CorruptStoreError", "EmptyStoreError",
-    "IncompleteStoreError", "IndexOutOfRangeError", "InsufficientSpaceError", "InvalidArgumentError",
-    "NotAStoreError", "OvertakenError", "ReadOnlyError", "RecoveryWarning", "SchemaMismatchError", "StoreClosedError",
-    "StoreExistsError", "StoreIOError", "StoreLockedError", "StoreNotFoundError", "StorePermissionError",
-    "TornReadError", "UnsupportedFormatError",
-]
+__all__ = ["DiskReplay", "FORMAT_VERSION", "CorruptStoreError", "DiskReplayError", "EmptyStoreError",
+    "IncompleteStoreError", "IndexOutOfRangeError", "InsufficientSpaceError", "InterfaceMismatchError",
+    "InvalidArgumentError", "MemorySpecError", "NotAStoreError", "OvertakenError", "PartialStepWarning",
+    "ReadOnlyError", "ReadOnlyViewError", "RecoveryWarning", "SchemaMismatchError", "SlotIndexError",
+    "StoreClosedError", "StoreExistsError", "StoreIOError", "StoreLockedError", "StoreMismatchError",
+    "StoreNotFoundError", "StorePermissionError", "TornReadError", "UnsupportedFormatError"]
