@@ -386,8 +386,7 @@ class SeedSystem(System):
     """The seed's in-RAM design (scripts/seed_replay.py)."""
 
     def create(self, spec, path):
-        sys.path.insert(0, HERE)
-        from seed_replay import SeedReplay
+        from seed_replay import SeedReplay  # scripts/, this script's directory, is on sys.path
 
         self.mem = SeedReplay(spec["max_size"], 32, num_envs=spec["num_envs"])
         np.random.seed(0)

@@ -5,11 +5,9 @@
 from __future__ import annotations
 
 import json
-import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench import BASELINES, fmt, goals_table  # noqa: E402
+from bench import BASELINES, fmt, goals_table  # scripts/, this script's directory, is on sys.path
 
 MAIN_METRICS = ("add_per_s", "sample32_per_s", "sample256_per_s")
 

@@ -1,13 +1,15 @@
 """Soak test: the random-SIGKILL loop of ``tests/test_crash.py``, for long runs outside CI.
 
-    python scripts/crash_soak.py --kills 5000
-    python scripts/crash_soak.py --minutes 30 --backend hdf5 --num-envs 4 --max-size 37
+    PYTHONPATH=tests/support python scripts/crash_soak.py --kills 5000
+    PYTHONPATH=tests/support python scripts/crash_soak.py --minutes 30 --backend hdf5 --num-envs 4 --max-size 37
 
-Starts ``tests/crash_child.py`` on one store again and again, kills it with SIGKILL at
+It reuses the harness of the test suite (``tests/support/crash_harness.py``), so
+``tests/support`` must be on the import path, as pytest puts it there for the tests.
+Starts ``tests/support/crash_child.py`` on one store again and again, kills it with SIGKILL at
 random instants, reopens the store, checks every invariant (every acknowledged
 transition still within the ring present and whole, next states, ns_buffer, counters)
-and resumes writing. Without ``--backend``/``--num-envs`` it cycles through both
-backends and num_envs 1 and 4. Prints a summary; exits 1 on any failure.
+and resumes writing. Without ``--backend``/``--num-envs`` it cycles through every
+backend and num_envs 1 and 4. Prints a summary; exits 1 on any failure.
 """
 from __future__ import annotations
 
@@ -17,9 +19,14 @@ import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests"))
+from diskreplay.backends import BACKENDS
 
-from crash_harness import run_kill_loop  # noqa: E402
+try:
+    from crash_harness import run_kill_loop
+except ModuleNotFoundError as exc:
+    if exc.name != "crash_harness":
+        raise
+    sys.exit("scripts/crash_soak.py: no module crash_harness; run it with PYTHONPATH=tests/support")
 
 
 def main(argv=None) -> int:
@@ -27,14 +34,14 @@ def main(argv=None) -> int:
     limit = p.add_mutually_exclusive_group(required=True)
     limit.add_argument("--kills", type=int, help="total number of kills")
     limit.add_argument("--minutes", type=float, help="run for this long")
-    p.add_argument("--backend", choices=["memmap", "hdf5"], help="default: both")
+    p.add_argument("--backend", choices=BACKENDS, help="default: every backend")
     p.add_argument("--num-envs", type=int, help="default: 1 and 4")
     p.add_argument("--max-size", type=int, default=37)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--dir", help="work directory (default: a temporary one, removed afterwards)")
     args = p.parse_args(argv)
 
-    cases = [(b, n) for b in ([args.backend] if args.backend else ["memmap", "hdf5"])
+    cases = [(b, n) for b in ([args.backend] if args.backend else BACKENDS)
              for n in ([args.num_envs] if args.num_envs else [1, 4])]
     total = {"kills": 0, "checks": 0, "verified": 0, "failures": []}
     start = time.monotonic()

@@ -16,16 +16,13 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import sys
 import time
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import bench  # noqa: E402
-
-from diskreplay import DiskReplay, ring  # noqa: E402
-from diskreplay.rowreader import RowReader  # noqa: E402
+import bench  # scripts/, this script's directory, is on sys.path
+from diskreplay import DiskReplay, ring
+from diskreplay.rowreader import RowReader
 
 
 def requests_for(buf, idxs):

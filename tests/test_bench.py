@@ -1,5 +1,6 @@
 """The benchmark keeps running (one --quick run: structure, never time), and the two
 helpers it measures, RowReader and Prefetcher, are correct."""
+import importlib.util
 import json
 import mmap
 import os
@@ -13,6 +14,7 @@ import pytest
 
 import diskreplay.store as store_module
 from diskreplay import DiskReplay
+from diskreplay.backends import BACKENDS
 from diskreplay.prefetch import Prefetcher
 from diskreplay.rowreader import PAGE, RowReader, _page_ranges, page_cached
 
@@ -67,12 +69,10 @@ def test_quick_benchmark_reports_every_workload_and_system(tmp_path):
 
 
 def test_seed_port_keeps_the_seed_semantics():
-    sys.path.insert(0, os.path.join(ROOT, "scripts"))
-    try:
-        from seed_replay import SeedReplay
-    finally:
-        sys.path.pop(0)
-    mem = SeedReplay(max_size=10, batch_size=4, num_envs=2)
+    spec = importlib.util.spec_from_file_location("seed_replay", os.path.join(ROOT, "scripts", "seed_replay.py"))
+    seed_replay = importlib.util.module_from_spec(spec)  # a script, not a package: loaded from its file
+    spec.loader.exec_module(seed_replay)
+    mem = seed_replay.SeedReplay(max_size=10, batch_size=4, num_envs=2)
     for t in range(7):
         s = np.full((2, 3), t, np.float32)
         mem.update(s, np.array([t, t]), np.array([0.5, 0.5]), s + 1, np.array([False, False]))
@@ -96,7 +96,7 @@ def _store_with_rows(tmp_path, backend, rows=64):
     return buf
 
 
-@pytest.mark.parametrize("backend", ["memmap", "hdf5"])
+@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("options", [dict(), dict(threads=1), dict(threads=3, nowait=False, hint=False),
                                      dict(threads=4, nowait=True, hint=False, miss_limit=1)])
 def test_rowreader_gathers_what_fancy_indexing_gives(tmp_path, backend, options):

@@ -22,7 +22,7 @@ from click.testing import CliRunner
 from diskreplay import DiskReplay
 from diskreplay.cli.main import main
 
-BACKENDS = ["memmap", "hdf5"]
+from diskreplay.backends import BACKENDS
 COMMANDS = ["info", "show", "stats", "sample", "verify", "export", "plot", "convert"]
 ENTRY = Path(sys.executable).with_name("diskreplay")
 DONES = {5, 10, 11, 14, 15}

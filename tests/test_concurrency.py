@@ -11,17 +11,15 @@ import time
 import numpy as np
 import pytest
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import crash_reader
+from crash_common import add_step, crash_fields, row_problems, store_problems
+from crash_harness import CHILD, Acks
 
-from crash_common import add_step, crash_fields, row_problems, store_problems  # noqa: E402
-from crash_harness import CHILD, Acks  # noqa: E402
+from diskreplay import DiskReplay
+from diskreplay.backends import BACKENDS
+from diskreplay.errors import InsufficientSpaceError, StoreLockedError
 
-from diskreplay import DiskReplay  # noqa: E402
-from diskreplay.errors import InsufficientSpaceError, StoreLockedError  # noqa: E402
-
-HERE = os.path.dirname(os.path.abspath(__file__))
-READER = os.path.join(HERE, "crash_reader.py")
-BACKENDS = ["memmap", "hdf5"]
+READER = os.path.abspath(crash_reader.__file__)
 
 
 def _wait_ready(acks: Acks, child) -> int:

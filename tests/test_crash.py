@@ -13,15 +13,17 @@ import sys
 
 import pytest
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import crash_common
+from crash_harness import run_kill_loop
+from diskreplay.backends import BACKENDS
 
-from crash_harness import run_kill_loop  # noqa: E402
+SUPPORT = os.path.dirname(os.path.abspath(crash_common.__file__))
 
 KILLS_PER_CASE = 52
 
 
 @pytest.mark.parametrize("num_envs", [1, 4])
-@pytest.mark.parametrize("backend", ["memmap", "hdf5"])
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_random_sigkill_loses_nothing_acknowledged(tmp_path, backend, num_envs):
     seed = 1000 * num_envs + (backend == "hdf5")
     summary = run_kill_loop(str(tmp_path), backend, num_envs, kills=KILLS_PER_CASE, max_size=37, seed=seed)
@@ -33,7 +35,7 @@ def test_random_sigkill_loses_nothing_acknowledged(tmp_path, backend, num_envs):
     assert summary["verified"] > 0
 
 
-@pytest.mark.parametrize("backend", ["memmap", "hdf5"])
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_create_killed_right_after_locking_can_be_redone(tmp_path, backend):
     from crash_common import crash_fields
 
@@ -47,8 +49,7 @@ def test_create_killed_right_after_locking_can_be_redone(tmp_path, backend):
 
 
 KILLED_BETWEEN_COMMIT_STORES = r"""
-import os, signal, sys
-sys.path.insert(0, {tests!r})
+import os, signal
 from crash_common import add_step, crash_fields
 from diskreplay import DiskReplay
 from diskreplay.counters import W_INTENT, W_SEEN
@@ -72,7 +73,7 @@ os.kill(os.getpid(), signal.SIGKILL)
 
 
 @pytest.mark.parametrize("num_envs", [1, 4])
-@pytest.mark.parametrize("backend", ["memmap", "hdf5"])
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_kill_between_the_two_commit_stores_keeps_every_acknowledged_step(tmp_path, backend, num_envs):
     """seen_size is stored before its check word: a writer killed between the two leaves
     them one step apart. That step's add had not returned, so it counts as in flight (its
@@ -89,8 +90,9 @@ def test_kill_between_the_two_commit_stores_keeps_every_acknowledged_step(tmp_pa
     with DiskReplay.create(store, 12, num_envs=num_envs, backend=backend, fields=crash_fields()) as buf:
         for t in range(1, 1 + 5 * num_envs, num_envs):
             add_step(buf, t)  # flushed by close(): the checkpoint is at 5 steps
-    code = KILLED_BETWEEN_COMMIT_STORES.format(tests=os.path.dirname(os.path.abspath(__file__)), store=store)
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    code = KILLED_BETWEEN_COMMIT_STORES.format(store=store)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [SUPPORT, os.environ.get("PYTHONPATH")]))}
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
     assert proc.returncode == -9, proc.stderr
     acknowledged = 25 * num_envs  # the ring (12 slots) wrapped: the in-flight step overwrote a row
     with warnings.catch_warnings(record=True) as caught:

@@ -7,7 +7,6 @@ import json
 import os
 import shutil
 import struct
-import sys
 import warnings
 import zlib
 
@@ -16,14 +15,12 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-from diskreplay import DiskReplay, DiskReplayError  # noqa: E402
-from diskreplay.checkpoint import HEADER_BYTES, CheckpointFile, CheckpointLayout  # noqa: E402
-from diskreplay.counters import (COUNTERS_BYTES, MAGIC, NWORDS, W_CHECK, W_INTENT, W_KEY,  # noqa: E402
+from diskreplay import DiskReplay, DiskReplayError
+from diskreplay.checkpoint import HEADER_BYTES, CheckpointFile, CheckpointLayout
+from diskreplay.counters import (COUNTERS_BYTES, MAGIC, NWORDS, W_CHECK, W_INTENT, W_KEY,
                                  W_MAGIC, W_SEEN, W_VERSION, Counters)
-from diskreplay.description import parse_description, read_description  # noqa: E402
-from hostile_common import build_store, file_bytes, snapshot  # noqa: E402
+from diskreplay.description import parse_description, read_description
+from hostile_common import build_store, file_bytes, snapshot
 
 FUZZ = settings(max_examples=1000, deadline=None,
                 suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow,

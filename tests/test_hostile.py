@@ -17,21 +17,20 @@ import warnings
 import numpy as np
 import pytest
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-import diskreplay.errors as errors  # noqa: E402
-from diskreplay import DiskReplay, DiskReplayError  # noqa: E402
-from diskreplay.errors import (CorruptStoreError, EmptyStoreError, IncompleteStoreError,  # noqa: E402
+import diskreplay.errors as errors
+import hostile_child
+from diskreplay import DiskReplay, DiskReplayError
+from diskreplay.backends import BACKENDS
+from diskreplay.errors import (CorruptStoreError, EmptyStoreError, IncompleteStoreError,
                                IndexOutOfRangeError, InvalidArgumentError, NotAStoreError,
                                ReadOnlyError, RecoveryWarning, SchemaMismatchError, StoreExistsError,
                                StoreNotFoundError, StorePermissionError, UnsupportedFormatError)
-from hostile_cases import ANY_FILE, DATA_FILES, SMALL_FILES, cases  # noqa: E402
-from hostile_common import (FIELDS, MAX_SIZE, NUM_ENVS, build_store, file_bytes, put_file,  # noqa: E402
-                            read_digest, step_args, tree_state)
+from hostile_cases import ANY_FILE, DATA_FILES, SMALL_FILES, cases
+from hostile_child import STOP_POINTS
+from hostile_common import (FIELDS, MAX_SIZE, NUM_ENVS, build_store, file_bytes, put_file,
+                            read_digest, snapshot, step_args, tree_state)
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-CHILD = os.path.join(HERE, "hostile_child.py")
-BACKENDS = ["memmap", "hdf5"]
+CHILD = os.path.abspath(hostile_child.__file__)
 
 
 # ====================================================================== the child process
@@ -163,9 +162,6 @@ def test_corruption_cases_cover_every_file_of_a_store(pristine):
 
 
 # ====================================================================== half-created stores
-
-from hostile_child import STOP_POINTS  # noqa: E402
-
 
 def _neighbours(parent):
     os.makedirs(os.path.join(parent, "other.replay"), exist_ok=True)
@@ -432,9 +428,6 @@ def test_get_and_sample_errors(tmp_path, backend):
 def _same(a, b) -> bool:
     from hostile_common import digest
     return digest(a) == digest(b)
-
-
-from hostile_common import snapshot  # noqa: E402
 
 
 def test_get_nothing_from_a_store_without_fields(tmp_path):

@@ -13,20 +13,18 @@ import errno
 import mmap
 import os
 import shutil
-import sys
 import warnings
 
 import pytest
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from crash_common import add_step, crash_fields, store_problems
 
-from crash_common import add_step, crash_fields, store_problems  # noqa: E402
-
-import diskreplay.counters  # noqa: E402
-import diskreplay.recovery  # noqa: E402
-import diskreplay.store  # noqa: E402
-from diskreplay import DiskReplay, DiskReplayError  # noqa: E402
-from diskreplay.errors import RecoveryWarning  # noqa: E402
+import diskreplay.counters
+import diskreplay.recovery
+import diskreplay.store
+from diskreplay import DiskReplay, DiskReplayError
+from diskreplay.backends import BACKENDS
+from diskreplay.errors import RecoveryWarning
 
 MAX_SIZE = 11
 
@@ -150,7 +148,7 @@ def count_calls(tmp_path, backend) -> tuple[int, int]:
 
 @pytest.mark.parametrize("stage", ["create", "use"])
 @pytest.mark.parametrize("err", [errno.ENOSPC, errno.EIO], ids=["ENOSPC", "EIO"])
-@pytest.mark.parametrize("backend", ["memmap", "hdf5"])
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_io_error_at_every_call(tmp_path, monkeypatch, backend, err, stage):
     """``stage`` "create": every call ``create`` makes; "use": every later call."""
     in_create, total = count_calls(tmp_path, backend)

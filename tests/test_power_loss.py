@@ -18,21 +18,19 @@ from __future__ import annotations
 
 import os
 import random
-import sys
 import warnings
 
 import pytest
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from crash_common import add_step, crash_fields, store_problems
 
-from crash_common import add_step, crash_fields, store_problems  # noqa: E402
-
-import diskreplay.recovery  # noqa: E402
-import diskreplay.store  # noqa: E402
-from diskreplay import DiskReplay, DiskReplayError  # noqa: E402
-from diskreplay.backends.base import RowStorage  # noqa: E402
-from diskreplay.checkpoint import CheckpointFile  # noqa: E402
-from diskreplay.errors import RecoveryWarning  # noqa: E402
+import diskreplay.recovery
+import diskreplay.store
+from diskreplay import DiskReplay, DiskReplayError
+from diskreplay.backends import BACKENDS
+from diskreplay.backends.base import RowStorage
+from diskreplay.checkpoint import CheckpointFile
+from diskreplay.errors import RecoveryWarning
 
 PAGE = 4096
 IMAGES_PER_CRASH = 4
@@ -183,7 +181,7 @@ def check_images(rec: PowerLossRecorder, tmp_path, rng: random.Random, monkeypat
 
 @pytest.mark.parametrize("num_envs, flush_every", [
     (1, None), (1, 5), (4, None), (4, 5)])
-@pytest.mark.parametrize("backend", ["memmap", "hdf5"])
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_power_loss_images_keep_every_flushed_transition(tmp_path, monkeypatch, backend, num_envs, flush_every):
     rng = random.Random(17 + num_envs + 100 * (backend == "hdf5") + (flush_every or 0))
     rec = run_workload(str(tmp_path / "src.replay"), backend, num_envs, rng, monkeypatch, flush_every=flush_every)
@@ -194,7 +192,7 @@ def test_power_loss_images_keep_every_flushed_transition(tmp_path, monkeypatch, 
     assert violations == [], violations[:10]
 
 
-@pytest.mark.parametrize("backend", ["memmap", "hdf5"])
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_power_loss_check_has_teeth(tmp_path, monkeypatch, backend):
     """Without the data sync before the checkpoint, some image loses flushed rows."""
     rng = random.Random(99)
@@ -207,7 +205,7 @@ def test_power_loss_check_has_teeth(tmp_path, monkeypatch, backend):
     assert violations, "removing the data-before-checkpoint barrier went unnoticed"
 
 
-@pytest.mark.parametrize("backend", ["memmap", "hdf5"])
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_power_loss_before_the_first_flush(tmp_path, monkeypatch, backend):
     """A power cut before any flush must reopen to the empty store the creation made durable."""
     rng = random.Random(5)

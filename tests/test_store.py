@@ -9,13 +9,14 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from conftest import BACKENDS, cartpole_fields, step_values
 from diskreplay import (DiskReplay, DiskReplayError, EmptyStoreError, IncompleteStoreError,
                         IndexOutOfRangeError, InvalidArgumentError, NotAStoreError, ReadOnlyError,
                         SchemaMismatchError, StoreClosedError, StoreExistsError, StoreIOError,
                         StoreNotFoundError)
 import diskreplay.store as store_module
+from diskreplay.backends import BACKENDS
 from diskreplay.ring import next_state_sources
+from fields import cartpole_fields, step_values
 from model import ReplayModel
 
 

@@ -1,6 +1,6 @@
 """Child process of the crash tests: writes self-describing transitions until killed.
 
-    python tests/crash_child.py STORE --acks FILE [--create --backend memmap --num-envs 1
+    python tests/support/crash_child.py STORE --acks FILE [--create --backend memmap --num-envs 1
         --max-size 37] [--flush-prob 0.02] [--seed 0] [--duration SECONDS] [--hold]
 
 Opens (or with ``--create`` creates, when absent or left incomplete by a killed creator) the store at STORE for writing, then
@@ -20,12 +20,10 @@ import random
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from crash_common import add_step, crash_fields
 
-from crash_common import add_step, crash_fields  # noqa: E402
-
-from diskreplay import DiskReplay  # noqa: E402
-from diskreplay.errors import IncompleteStoreError, StoreNotFoundError  # noqa: E402
+from diskreplay import DiskReplay
+from diskreplay.errors import IncompleteStoreError, StoreNotFoundError
 
 
 def main(argv=None) -> int:

@@ -1,6 +1,6 @@
 """Reader process of the concurrency test: samples and gets from a live store, checks rows.
 
-    python tests/crash_reader.py STORE --duration SECONDS [--seed N]
+    python tests/support/crash_reader.py STORE --duration SECONDS [--seed N]
 
 Opens STORE with ``mode="r"`` beside a live writer, alternates ``sample()`` and
 ``get()`` of random slots, checks every returned row is one whole transition of
@@ -12,18 +12,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from crash_common import row_problems
 
-from crash_common import row_problems  # noqa: E402
-
-from diskreplay import DiskReplay  # noqa: E402
-from diskreplay.errors import TornReadError  # noqa: E402
+from diskreplay import DiskReplay
+from diskreplay.errors import TornReadError
 
 
 def main() -> int:

@@ -1,22 +1,22 @@
 """Child process of the hostile-input tests: opens a (possibly damaged) store and says what happened.
 
-    python tests/hostile_child.py probe STORE MODE
+    python tests/support/hostile_child.py probe STORE MODE
         Open STORE with MODE ("r" or "r+"), then read everything (counters, every row,
         the ns_buffer, a sample, the row checksums) and close it. Prints one JSON line
         (see ``probe``) and exits 0 when the outcome was a success or a DiskReplayError,
         3 when a foreign exception escaped.
 
-    python tests/hostile_child.py probe-as UID STORE MODE
+    python tests/support/hostile_child.py probe-as UID STORE MODE
         The same, as the user UID (the child starts as root, imports, then drops privileges).
 
-    python tests/hostile_child.py serve
+    python tests/support/hostile_child.py serve
         Read JSON requests ``{"path": ..., "mode": ...}`` from stdin, one a line; for each
         fork a grandchild that runs ``probe`` and exits, wait for it and answer with one
         JSON line ``{"status": <exit code, or -signal>, "result": <probe's dict or null>}``.
         Forking after the imports keeps a case at a few milliseconds, and every case is
         still its own process whose exit status the tests check.
 
-    python tests/hostile_child.py create STORE BACKEND STOP_AT
+    python tests/support/hostile_child.py create STORE BACKEND STOP_AT
         Create a store (fields declared) but stop at STOP_AT (one of ``STOP_POINTS``):
         print ``READY`` and sleep until killed, as a creator killed half-way.
 """
@@ -31,13 +31,12 @@ import warnings
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from hostile_common import FIELDS, digest, snapshot
 
-import diskreplay  # noqa: E402
-import diskreplay.store as store_mod  # noqa: E402
-from hostile_common import FIELDS, digest, snapshot  # noqa: E402
-from diskreplay import DiskReplay  # noqa: E402
-from diskreplay.errors import DiskReplayError  # noqa: E402
+import diskreplay
+import diskreplay.store as store_mod
+from diskreplay import DiskReplay
+from diskreplay.errors import DiskReplayError
 
 def probe(path: str, mode: str) -> dict:
     """Open, read everything, close. ``outcome`` is "ok", "error" (a DiskReplayError) or
