@@ -12,6 +12,8 @@ from __future__ import annotations
 import queue
 import threading
 
+from .schema import check_count
+
 __all__ = ["Prefetcher"]
 
 _DONE = object()
@@ -38,15 +40,13 @@ class Prefetcher:
     """
 
     def __init__(self, sample_fn, prefetch: int = 2, count: int | None = None):
-        if int(prefetch) < 1:
-            raise ValueError(f"prefetch must be >= 1, got {prefetch!r}")
-        if count is not None and int(count) < 0:
-            raise ValueError(f"count must be >= 0 or None, got {count!r}")
+        prefetch = check_count("prefetch", prefetch, 1)  # InvalidArgumentError, as every count argument
+        count = None if count is None else check_count("count", count, 0)
         self._sample = sample_fn
-        self._queue: queue.Queue = queue.Queue(maxsize=int(prefetch))
+        self._queue: queue.Queue = queue.Queue(maxsize=prefetch)
         self._stop = threading.Event()
         self._finished = False
-        self._count = None if count is None else int(count)
+        self._count = count
         self._thread = threading.Thread(target=self._run, name="diskreplay-prefetch", daemon=True)
         self._thread.start()
 

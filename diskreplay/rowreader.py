@@ -26,6 +26,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
+from .errors import InvalidArgumentError, StoreIOError
+from .schema import check_count
+
 __all__ = ["RowReader", "page_cached"]
 
 PAGE = mmap.PAGESIZE
@@ -42,9 +45,7 @@ class RowReader:
     """
 
     def __init__(self, threads: int = 1, *, nowait: bool = True, hint: bool = True, miss_limit: int = 4):
-        if int(threads) < 1:
-            raise ValueError(f"threads must be >= 1, got {threads!r}")
-        self.threads = int(threads)
+        self.threads = check_count("threads", threads, 1)
         self.nowait = bool(nowait) and _NOWAIT is not None
         self.hint = bool(hint)
         self.miss_limit = max(1, int(miss_limit))
@@ -75,14 +76,14 @@ class RowReader:
             idxs = np.asarray(idxs, dtype=np.int64).reshape(-1)
             row_bytes, offset = int(row_bytes), int(offset)
             if not (isinstance(out, np.ndarray) and out.flags.c_contiguous and out.flags.writeable):
-                raise ValueError("out must be a writeable C-contiguous ndarray")
+                raise InvalidArgumentError("out must be a writeable C-contiguous ndarray")
             if out.nbytes != len(idxs) * row_bytes or (len(idxs) and out.shape[0] != len(idxs)):
-                raise ValueError(f"out holds {out.nbytes} bytes in {out.shape[:1]} rows; "
+                raise InvalidArgumentError(f"out holds {out.nbytes} bytes in {out.shape[:1]} rows; "
                                  f"expected {len(idxs)} rows of {row_bytes} bytes")
             if not len(idxs):
                 continue
             if idxs.min() < 0:
-                raise ValueError(f"negative row index {int(idxs.min())}")
+                raise InvalidArgumentError(f"negative row index {int(idxs.min())}")
             view = memoryview(out.reshape(-1).view(np.uint8))
             positions = (idxs * row_bytes + offset).tolist()
             first = len(jobs)
@@ -203,7 +204,10 @@ def _work(jobs) -> None:
     preadv = os.preadv
     for fd, pos, view, start, row_bytes, got in jobs:
         while got < row_bytes:  # short reads are legal; finish the row
-            n = preadv(fd, [view[start + got:start + row_bytes]], pos + got)
+            try:
+                n = preadv(fd, [view[start + got:start + row_bytes]], pos + got)
+            except OSError as exc:  # EIO and the like: the store's error, errno kept
+                raise StoreIOError(exc.errno, f"reading the row at byte {pos} of fd {fd}: {exc.strerror}") from exc
             if n <= 0:
-                raise OSError(f"short read: row at byte {pos} of fd {fd} ends past the end of the file")
+                raise StoreIOError(f"short read: row at byte {pos} of fd {fd} ends past the end of the file")
             got += n

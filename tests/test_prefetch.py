@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from diskreplay import DiskReplay
+from diskreplay.errors import InvalidArgumentError
 from diskreplay.prefetch import Prefetcher
 
 
@@ -71,3 +72,18 @@ def test_prefetcher_count_and_errors():
             next(p)
     with pytest.raises(ValueError):
         Prefetcher(boom, prefetch=0)
+
+
+def test_bad_prefetch_and_count_are_invalid_argument_errors(tmp_path):
+    for kwargs in (dict(prefetch=0), dict(prefetch=-2), dict(prefetch=1.5), dict(prefetch="2"), dict(prefetch=None),
+                   dict(count=-1), dict(count=2.5), dict(count="3")):
+        with pytest.raises(InvalidArgumentError):
+            Prefetcher(lambda: 1, **kwargs)
+    assert list(Prefetcher(lambda: 1, prefetch=2.0, count=3.0)) == [1, 1, 1]  # integral floats, as every count
+    with DiskReplay.create(tmp_path / "s", 10, seed=1) as buf:
+        for t in range(4):
+            buf.add(np.full(4, t, np.float32), t % 2, float(t), np.full(4, t + 1, np.float32), False)
+        with pytest.raises(InvalidArgumentError):
+            buf.batches(prefetch=0)
+        buf.add(np.full(4, 4, np.float32), 0, 4.0, np.full(4, 5, np.float32), False)  # add is not left locked
+        assert buf.seen_size == 5

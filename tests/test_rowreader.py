@@ -1,5 +1,6 @@
 """RowReader (positioned reads after read-ahead hints), page_cached, and the cold-row path
 of sample() that uses them."""
+import errno
 import mmap
 import os
 
@@ -9,6 +10,7 @@ import pytest
 import diskreplay.store as store_module
 from diskreplay import DiskReplay
 from diskreplay.backends import BACKENDS
+from diskreplay.errors import InvalidArgumentError, StoreIOError
 from diskreplay.rowreader import PAGE, RowReader, _page_ranges, page_cached
 
 
@@ -136,3 +138,32 @@ def test_rowreader_refuses_bad_output_and_rows_past_the_end(tmp_path):
                 reader.gather(fd, offset, row_bytes, [0, 10 ** 6], np.empty((2, 3, 5), np.float32))
     finally:
         buf.close()
+
+
+def test_rowreader_errors_are_diskreplay_errors(tmp_path):
+    """Bad arguments are InvalidArgumentError, failed reads StoreIOError (errno kept)."""
+    path = tmp_path / "rows"
+    path.write_bytes(os.urandom(10 * 16))
+    fd = os.open(path, os.O_RDONLY)
+    dir_fd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for threads in (0, -1, 1.5, "2", None):
+            with pytest.raises(InvalidArgumentError):
+                RowReader(threads=threads)
+        with RowReader() as reader:
+            with pytest.raises(InvalidArgumentError):
+                reader.gather(fd, 0, 16, [0, 1], np.empty((3, 4), np.float32))  # 3 rows for 2
+            with pytest.raises(InvalidArgumentError):
+                reader.gather(fd, 0, 16, [0, 1], np.empty((4, 2), np.float32).T)  # not C-contiguous
+            with pytest.raises(InvalidArgumentError):
+                reader.gather(fd, 0, 16, [-1], np.empty((1, 4), np.float32))
+            with pytest.raises(StoreIOError, match="short read"):
+                reader.gather(fd, 0, 16, [3, 10], np.empty((2, 4), np.float32))  # row 10 is past the end
+            with pytest.raises(StoreIOError) as caught:
+                reader.gather(dir_fd, 0, 16, [0], np.empty((1, 4), np.float32))
+            assert caught.value.errno == errno.EISDIR
+            out = reader.gather(fd, 0, 16, [9, 0], np.empty((2, 4), np.float32))
+            assert out.tobytes() == path.read_bytes()[9 * 16:] + path.read_bytes()[:16]
+    finally:
+        os.close(fd)
+        os.close(dir_fd)
