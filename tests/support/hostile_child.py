@@ -164,12 +164,19 @@ def main(argv) -> int:
         print(json.dumps(result), flush=True)
         return 3 if result["outcome"] == "foreign" else 0
     if argv[:1] == ["probe-as"] and len(argv) == 4:
-        # Import everything first (the interpreter may live where the user cannot read),
-        # then drop root's privileges: permission bits apply from here on.
-        import h5py  # noqa: F401
+        # Import everything first, what the probe would import lazily included (numpy.random
+        # for sample): the interpreter, the venv and the checkout may live where the user
+        # cannot read (a 0700 home). Then drop root's privileges: permission bits apply from
+        # here on. ``unreadable_code`` lists the package directories the user cannot read, so
+        # a test can tell an import that failed for that reason from a real failure.
+        import h5py
+        import numpy.random
+        packages = [os.path.dirname(m.__file__) for m in (numpy, h5py, diskreplay)]
+        os.setgroups([])
         os.setgid(int(argv[1]))
         os.setuid(int(argv[1]))
         result = probe(argv[2], argv[3])
+        result["unreadable_code"] = [d for d in packages if not os.access(d, os.R_OK | os.X_OK)]
         print(json.dumps(result), flush=True)
         return 3 if result["outcome"] == "foreign" else 0
     if argv[:1] == ["create"] and len(argv) == 4:
