@@ -1,10 +1,11 @@
-"""Benchmarks of diskreplay against baselines measured in the same run (DESIGN.md, Performance).
+"""Benchmarks of diskreplay against baselines measured in the same run (docs/benchmarks.md).
 
     .venv/bin/python scripts/bench.py --json bench.json        # full run, about 10 minutes
     .venv/bin/python scripts/bench.py --quick --json out.json  # tiny sizes, seconds (the test suite)
     .venv/bin/python scripts/bench.py --workloads W1,W2 --repeats 5
 
-Workloads (DESIGN.md): W1 cartpole single adds, then sampling at b=32/256; W2 16-env adds;
+Workloads (docs/benchmarks.md, "Workloads"): W1 cartpole single adds, then sampling at
+b=32/256; W2 16-env adds;
 W3 atari (4x84x84 uint8, 8 envs) adds, reopen and warm sampling; W4 the W3 stores sampled
 cold (each system's own store from W3, built if missing).
 
@@ -183,7 +184,7 @@ class DiskReplaySystem(System):
                                      seed=0, fields=fields, overwrite=True)
 
     def touch(self):
-        for arr in self.buf._storage.arrays.values():
+        for arr in self.buf._session.storage.arrays.values():
             arr[:] = 0
 
     def add(self, s, a, r, ns, d):
@@ -212,9 +213,7 @@ class DiskReplaySystem(System):
         return [p for p in store_files(self.path) if os.path.basename(p) not in ("meta.bin", "lock")]
 
     def mappings(self):
-        buf = self.buf
-        files = buf._storage.files + [buf._ns_file, buf._sums_file, buf._counters.file]
-        return [m for f in files for m in f.maps]
+        return [m for f in self.buf._session.mapped_files for m in f.maps]
 
 
 class NumpySystem(System):

@@ -26,9 +26,9 @@ from diskreplay.rowreader import RowReader
 
 
 def requests_for(buf, idxs):
-    head = ring.ring_head(buf._seen, buf._base, buf.max_size)
-    ns_slots, _, _ = ring.next_state_sources(idxs, head, buf.max_size, buf.num_envs)
-    loc, fields = buf._storage.locations, buf._fields
+    session = buf._session
+    ns_slots, _, _ = ring.next_state_sources(idxs, buf.head, buf.max_size, buf.num_envs)
+    loc, fields = session.storage.locations, session.fields
     st = fields["states"]
     reqs = [loc["states"] + (np.concatenate([idxs, ns_slots]), np.empty((2 * len(idxs),) + st.shape, st.dtype))]
     for name, spec in fields.items():
@@ -56,7 +56,7 @@ def main():
     checked = [f for f in files if os.path.basename(f) not in ("meta.bin", "lock")]
     if args.keep_small:  # memmap stores: states.npy only (an hdf5 store holds every field in one file)
         files = checked = [f for f in files if os.path.basename(f) == "states.npy"]
-    mappings = [m for f in buf._storage.files + [buf._ns_file, buf._sums_file, buf._counters.file] for m in f.maps]
+    mappings = [m for f in buf._session.mapped_files for m in f.maps]
     variants = {
         "store.sample()-like (states pread, small fields page faults)": None,
         "threads=16 plain": RowReader(16, nowait=False, hint=False),
@@ -82,8 +82,8 @@ def main():
                 reqs = requests_for(buf, idxs)
                 before = bench.read_bytes()
                 t = time.perf_counter()
-                if reader is None:  # what DiskReplay._gather_large does today
-                    arrays = buf._storage.gather_arrays
+                if reader is None:  # what Gatherer._gather_large did before gather_many
+                    arrays = buf._session.storage.gather_arrays
                     futs = [store_reader.submit(arrays[n].take, idxs, 0) for n in ("actions", "rewards", "dones")]
                     store_reader.gather_many(reqs[:1])
                     [f.result() for f in futs]

@@ -114,12 +114,12 @@ def test_reader_of_a_dead_writers_store_checks_the_checkpoint_once_per_record(tm
     hold_and_kill()
     with DiskReplay.open(store, mode="r") as reader:
         calls = []
-        newest = reader._ckfile.newest
-        monkeypatch.setattr(reader._ckfile, "newest", lambda: calls.append(1) or newest())
+        newest = reader._session.data.ckfile.newest
+        monkeypatch.setattr(reader._session.data.ckfile, "newest", lambda: calls.append(1) or newest())
         first = [reader.sample(8) for _ in range(20)]
         assert len(calls) == 0  # open() read it; the record has not changed since
         hold_and_kill()  # a new writer recovered and died: a new record (new key)
-        reader._alive_at = -1.0  # ask /proc/locks again now rather than after its 0.2 s
+        reader._session._alive_at = -1.0  # ask /proc/locks again now rather than after its 0.2 s
         later = [reader.sample(8) for _ in range(5)]
         assert len(calls) == 1 and reader.seen_size == 10
         for batch in first + later:
@@ -131,23 +131,23 @@ def test_reader_of_a_dead_writers_store_checks_the_checkpoint_once_per_record(tm
 def test_dead_writer_view_follows_a_new_checkpoint_with_the_same_counters(tmp_path, backend, monkeypatch):
     """A flush rewrites the checkpoint without changing seen/intent/base/draws/resets; a
     reader that takes the writer for dead must not keep the view of the old checkpoint."""
-    import diskreplay.store as store_module
+    import diskreplay.reader as reader_module
 
     store = str(tmp_path / "s.replay")
     writer = DiskReplay.create(store, 37, backend=backend, fields=crash_fields())
     for t in range(1, 6):
         add_step(writer, t)
-    monkeypatch.setattr(store_module, "writer_alive", lambda directory: False)
+    monkeypatch.setattr(reader_module, "writer_alive", lambda directory: False)
     with DiskReplay.open(store, mode="r") as reader:
         calls = []
-        newest = reader._ckfile.newest
-        monkeypatch.setattr(reader._ckfile, "newest", lambda: calls.append(1) or newest())
+        newest = reader._session.data.ckfile.newest
+        monkeypatch.setattr(reader._session.data.ckfile, "newest", lambda: calls.append(1) or newest())
         reader.sample(4)
         assert calls == []  # nothing changed since open()
         writer.flush()  # same counters, a new checkpoint
-        reader._alive_at = -1.0
+        reader._session._alive_at = -1.0
         reader.sample(4)
-        assert calls == [1] and reader._reader_state[2].generation == newest().generation
+        assert calls == [1] and reader._session.view.checkpoint.generation == newest().generation
     writer.close()
 
 

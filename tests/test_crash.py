@@ -59,14 +59,15 @@ for t in range(buf.seen_size + 1, buf.seen_size + 1 + 20 * n, n):
     add_step(buf, t)
 # One more step, done by hand the way add() does it, up to the seen store: intent, rows
 # (garbage here), the ns area, seen; then the process dies before the check word.
-words, seen = buf._words, buf.seen_size
-if seen + n > buf._flush_before:
+writer = buf._session
+words, seen = writer.words, buf.seen_size
+if seen + n > writer.flush_before:
     buf.flush()  # as add() does before overwriting rows the undo reserve does not hold
-slot = (seen - buf._base) % buf.max_size
+slot = (seen - writer.base) % buf.max_size
 words[W_INTENT] = seen + n
-for arr in buf._storage.arrays.values():
+for arr in writer.storage.arrays.values():
     arr[slot:slot + n] = 77
-buf._ns[((seen + n) // n) & 1] = 77
+writer.data.ns[((seen + n) // n) & 1] = 77
 words[W_SEEN] = seen + n
 os.kill(os.getpid(), signal.SIGKILL)
 """

@@ -20,8 +20,6 @@ import pytest
 from crash_common import add_step, crash_fields, store_problems
 
 import diskreplay.counters
-import diskreplay.recovery
-import diskreplay.store
 from diskreplay import DiskReplay, DiskReplayError
 from diskreplay.backends import BACKENDS
 from diskreplay.errors import RecoveryWarning
@@ -197,8 +195,7 @@ def test_io_error_at_every_call(tmp_path, monkeypatch, backend, err, stage):
         failures += [f"{where}: same boot: {f}" for f in found]
         try:
             with monkeypatch.context() as mp:
-                mp.setattr(diskreplay.recovery, "current_boot_id", lambda: other_boot)
-                mp.setattr(diskreplay.store, "current_boot_id", lambda: other_boot)
+                mp.setattr(diskreplay.counters, "current_boot_id", lambda: other_boot)
                 found = _reopen_problems(copy, p.flushed, p.acked)
         except DiskReplayError as exc:
             found = [f"reopen after a power cut failed: {type(exc).__name__}: {exc}"]

@@ -24,8 +24,7 @@ import pytest
 
 from crash_common import add_step, crash_fields, store_problems
 
-import diskreplay.recovery
-import diskreplay.store
+import diskreplay.counters
 from diskreplay import DiskReplay, DiskReplayError
 from diskreplay.backends import BACKENDS
 from diskreplay.backends.base import RowStorage
@@ -146,8 +145,7 @@ def check_images(rec: PowerLossRecorder, tmp_path, rng: random.Random, monkeypat
     other_boot = diskreplay.counters.current_boot_id() ^ 0x5A5A
     images, violations = 0, []
     with monkeypatch.context() as mp:
-        mp.setattr(diskreplay.recovery, "current_boot_id", lambda: other_boot)
-        mp.setattr(diskreplay.store, "current_boot_id", lambda: other_boot)
+        mp.setattr(diskreplay.counters, "current_boot_id", lambda: other_boot)
         for c, (durable, current, flushed, issued) in enumerate(rec.crashes):
             for i in range(IMAGES_PER_CRASH):
                 files = crash_image(durable, current, rng)

@@ -7,7 +7,7 @@ import os
 import numpy as np
 import pytest
 
-import diskreplay.store as store_module
+import diskreplay.gather as gather_module
 from diskreplay import DiskReplay
 from diskreplay.backends import BACKENDS
 from diskreplay.errors import InvalidArgumentError, StoreIOError
@@ -33,21 +33,21 @@ def test_rowreader_gathers_what_fancy_indexing_gives(tmp_path, backend, options)
     try:
         idxs = np.array([5, 63, 0, 5, 17, 17, 2, 40, 63, 1])  # unsorted, with duplicates, both ends
         with RowReader(**options) as reader:
-            for name, arr in buf._storage.arrays.items():
-                fd, offset, row_bytes = buf._storage.locations[name]
+            for name, arr in buf._session.storage.arrays.items():
+                fd, offset, row_bytes = buf._session.storage.locations[name]
                 out = np.empty((len(idxs),) + arr.shape[1:], arr.dtype)
                 assert reader.gather(fd, offset, row_bytes, idxs, out) is out
                 np.testing.assert_array_equal(out, arr[idxs], err_msg=name)
             # several fields in one pass, from a cold page cache too
-            for f in buf._storage.files:
+            for f in buf._session.storage.files:
                 os.posix_fadvise(f.fd, 0, 0, os.POSIX_FADV_DONTNEED)
-            requests = [buf._storage.locations[name] + (idxs[::-1], np.empty((len(idxs),) + arr.shape[1:], arr.dtype))
-                        for name, arr in buf._storage.arrays.items()]
+            requests = [buf._session.storage.locations[name] + (idxs[::-1], np.empty((len(idxs),) + arr.shape[1:], arr.dtype))
+                        for name, arr in buf._session.storage.arrays.items()]
             outs = reader.gather_many(requests)
-            for (name, arr), out in zip(buf._storage.arrays.items(), outs):
+            for (name, arr), out in zip(buf._session.storage.arrays.items(), outs):
                 np.testing.assert_array_equal(out, arr[idxs[::-1]], err_msg=name)
             empty = np.empty((0, 3, 5), np.float32)
-            assert reader.gather(*buf._storage.locations["states"], [], empty) is empty
+            assert reader.gather(*buf._session.storage.locations["states"], [], empty) is empty
     finally:
         buf.close()
 
@@ -96,22 +96,24 @@ def test_cold_large_rows_are_read_by_positioned_reads(tmp_path, monkeypatch):
     buf.close()
     buf = DiskReplay.open(tmp_path / "s", mode="r")
     try:
-        for f in buf._storage.files:
+        for f in buf._session.storage.files:
             for m in f.maps:
                 m.madvise(mmap.MADV_DONTNEED)
             os.posix_fadvise(f.fd, 0, 0, os.POSIX_FADV_DONTNEED)
         taken = []
-        real = DiskReplay._gather_large
-        monkeypatch.setattr(buf, "_gather_large", lambda *a: taken.append(1) or real(buf, *a), raising=False)
+        gatherer = buf._session.gatherer
+        real = type(gatherer)._gather_large
+        monkeypatch.setattr(gatherer, "_gather_large", lambda *a: taken.append(1) or real(gatherer, *a),
+                            raising=False)
         batch = buf.sample(16)
         assert taken == [1]
         np.testing.assert_array_equal(batch["states"], frames[buf.batch_idxs])
         np.testing.assert_array_equal(batch["actions"], buf.batch_idxs)
         buf.get(np.arange(40))  # brings every row into RAM, by whichever path
         # The mapping is trusted again after WARM_STREAK probes in a row found their rows.
-        probes_per_batch = min(16, store_module.PROBE_ROWS)
-        warming = -(-store_module.WARM_STREAK // probes_per_batch)
-        buf._probe_streak = 0  # as right after a probe miss
+        probes_per_batch = min(16, gather_module.PROBE_ROWS)
+        warming = -(-gather_module.WARM_STREAK // probes_per_batch)
+        gatherer.probe_streak = 0  # as right after a probe miss
         before = len(taken)
         for _ in range(warming - 1):
             buf.sample(16)
@@ -125,7 +127,7 @@ def test_cold_large_rows_are_read_by_positioned_reads(tmp_path, monkeypatch):
 
 def test_rowreader_refuses_bad_output_and_rows_past_the_end(tmp_path):
     buf = _store_with_rows(tmp_path, "memmap", rows=8)
-    fd, offset, row_bytes = buf._storage.locations["states"]
+    fd, offset, row_bytes = buf._session.storage.locations["states"]
     try:
         with RowReader(threads=2) as reader:
             with pytest.raises(ValueError):

@@ -13,7 +13,7 @@ from diskreplay import (DiskReplay, DiskReplayError, EmptyStoreError, Incomplete
                         IndexOutOfRangeError, InvalidArgumentError, NotAStoreError, ReadOnlyError,
                         SchemaMismatchError, StoreClosedError, StoreExistsError, StoreIOError,
                         StoreNotFoundError)
-import diskreplay.store as store_module
+import diskreplay.gather as gather_module
 from diskreplay.backends import BACKENDS
 from diskreplay.ring import next_state_sources
 from fields import cartpole_fields, step_values
@@ -310,7 +310,7 @@ def test_a_kept_reference_to_add_refuses_after_close_and_after_a_failed_flush(tm
         def failing_sync():
             raise OSError(errno.EIO, "injected")
 
-        monkeypatch.setattr(buf._storage, "sync", failing_sync)
+        monkeypatch.setattr(buf._session.storage, "sync", failing_sync)
         with pytest.raises(StoreIOError):
             buf.flush()
         monkeypatch.undo()
@@ -559,7 +559,7 @@ def test_row_checksums_detect_a_damaged_row(tmp_path, backend):
         assert buf.verify_rows() == (8, [])
     target = tmp_path / "s" / ("states.npy" if backend == "memmap" else "data.h5")
     with DiskReplay.open(tmp_path / "s", mode="r") as ro:
-        offset = ro._storage.locations["states"][1] + 5 * 16 + 2  # slot 5, byte 2 of its state
+        offset = ro._session.storage.locations["states"][1] + 5 * 16 + 2  # slot 5, byte 2 of its state
     raw = bytearray(target.read_bytes())
     raw[offset] ^= 0xFF
     target.write_bytes(bytes(raw))
@@ -585,10 +585,11 @@ def test_large_rows_take_the_parallel_read_path(tmp_path, backend, monkeypatch):
                     model.add(*values)
             reader = buf if mode == "r+" else DiskReplay.open(path, mode="r")
             for cold in (False, True):
-                monkeypatch.setattr(store_module, "page_cached", lambda fd, pos, cold=cold: not cold)
+                monkeypatch.setattr(gather_module, "page_cached", lambda fd, pos, cold=cold: not cold)
                 taken = []
-                real = type(reader)._gather_large
-                monkeypatch.setattr(reader, "_gather_large", lambda *a: taken.append(1) or real(reader, *a),
+                gatherer = reader._session.gatherer
+                real = type(gatherer)._gather_large
+                monkeypatch.setattr(gatherer, "_gather_large", lambda *a: taken.append(1) or real(gatherer, *a),
                                     raising=False)
                 batch = reader.sample(50)
                 assert bool(taken) == cold

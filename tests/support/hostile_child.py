@@ -34,7 +34,7 @@ import numpy as np
 from hostile_common import FIELDS, digest, snapshot
 
 import diskreplay
-import diskreplay.store as store_mod
+import diskreplay.writer as writer_mod
 from diskreplay import DiskReplay
 from diskreplay.errors import DiskReplayError
 
@@ -128,8 +128,8 @@ def create_and_stop(path: str, backend: str, stop_at: str) -> int:
     """Create a store, stopping (until killed) at ``stop_at``: a creator killed half-way."""
     if stop_at not in STOP_POINTS:
         raise SystemExit(f"unknown stop point {stop_at!r}")
-    orig_data, orig_counters, orig_desc = store_mod._create_data, store_mod.create_counters, \
-        store_mod.write_description
+    orig_data, orig_counters, orig_desc = writer_mod.create_data_files, writer_mod.create_counters, \
+        writer_mod.write_description
 
     def create_data(*a, **k):
         if stop_at == "before_data":
@@ -148,9 +148,9 @@ def create_and_stop(path: str, backend: str, stop_at: str) -> int:
         if stop_at == "after_description":
             _hang()
 
-    store_mod._create_data = create_data
-    store_mod.create_counters = create_counters
-    store_mod.write_description = write_description
+    writer_mod.create_data_files = create_data
+    writer_mod.create_counters = create_counters
+    writer_mod.write_description = write_description
     DiskReplay.create(path, 9, backend=backend, fields=FIELDS, seed=1, overwrite=True)
     print("FINISHED")  # the stop point was never reached: the library changed
     return 4
