@@ -23,71 +23,16 @@ from diskreplay.errors import (DiskReplayError, EmptyStoreError, InterfaceMismat
                                PartialStepWarning, ReadOnlyViewError, RecoveryWarning, SchemaMismatchError,
                                SlotIndexError, StoreExistsError, StoreMismatchError)
 from diskreplay.slm import DiskReplay, DiskReplayV4, DiskReplayV5
+import slm_stubs
+from slm_stubs import (V5_EXTRAS, args_of, kwargs_of, make_agent, make_algorithm, make_body, make_env, spec, step,
+                       transition)
 
 CORE = ("states", "actions", "rewards", "dones")
-V5_EXTRAS = ("terminateds", "truncateds")
 DTYPES = {"states": np.float32, "actions": np.int64, "rewards": np.float32, "dones": np.bool_,
           "terminateds": np.bool_, "truncateds": np.bool_}
 
 
-# ---------------------------------------------------------------------- stubs and reference
-def make_algorithm(training_start_step=3, training_frequency=2):
-    return SimpleNamespace(to_train=0, training_start_step=training_start_step,
-                           training_frequency=training_frequency)
-
-
-def make_env(num_envs):
-    return SimpleNamespace(is_venv=num_envs > 1, num_envs=num_envs)
-
-
-def make_body(num_envs=1, **alg):
-    """SLM-Lab v4's body: env at body.env, algorithm at body.agent.algorithm."""
-    return SimpleNamespace(env=make_env(num_envs), agent=SimpleNamespace(algorithm=make_algorithm(**alg)),
-                           state_dim=2)
-
-
-def make_agent(num_envs=1, **alg):
-    """SLM-Lab v5's agent: env at agent.env, algorithm at agent.algorithm."""
-    return SimpleNamespace(env=make_env(num_envs), algorithm=make_algorithm(**alg), state_dim=2)
-
-
-def algorithm_of(owner):
-    return owner.agent.algorithm if hasattr(owner, "agent") else owner.algorithm
-
-
-def spec(path, **kw):
-    return {"name": "DiskReplay", "batch_size": 4, "max_size": 7, "use_cer": False, "path": str(path), **kw}
-
-
-def transition(t: int, extras=()) -> dict:
-    """Transition number t (1-based), every value telling t."""
-    tr = {"states": np.full(2, t, np.float32), "actions": t, "rewards": t / 2,
-          "next_states": np.full(2, t + 0.5, np.float32), "dones": t % 5 == 0}
-    if "terminateds" in extras:
-        tr["terminateds"] = t % 5 == 0
-        tr["truncateds"] = t % 7 == 0
-    return tr
-
-
-def args_of(tr: dict, version: str) -> tuple:
-    keys = ("states", "actions", "rewards", "next_states", "dones") + (V5_EXTRAS if version == "v5" else ())
-    return tuple(tr[k] for k in keys)
-
-
-def kwargs_of(tr: dict, version: str) -> dict:
-    names = ("state", "action", "reward", "next_state", "done")
-    names += ("terminated", "truncated") if version == "v5" else ()
-    return dict(zip(names, args_of(tr, version)))
-
-
-def step(ts, extras=()) -> tuple:
-    """A vector-env step of the transitions ts: each argument with a leading env axis."""
-    trs = [transition(t, extras) for t in ts]
-    keys = ("states", "actions", "rewards", "next_states", "dones") + tuple(extras)
-    return tuple(np.stack([np.asarray(tr[k]) for tr in trs]) if k.endswith("states") else [tr[k] for tr in trs]
-                 for k in keys)
-
-
+# ---------------------------------------------------------------------- reference
 class SeedReference:
     def __init__(self, max_size, num_envs, fields=CORE, use_cer=False):
         self.max_size, self.num_envs, self.fields, self.use_cer = max_size, num_envs, fields, use_cer
@@ -338,16 +283,18 @@ def test_close_drops_a_partial_step_with_a_warning(tmp_path, backend):
 def test_a_crash_loses_only_the_buffered_partial_step(tmp_path, backend):
     """A writer killed (os._exit, no close) after 2 whole steps and 2 more transitions."""
     child = textwrap.dedent(f"""
-        import os, sys
-        sys.path.insert(0, {os.path.dirname(__file__)!r})
-        from test_slm import DiskReplay, args_of, make_body, spec, transition
+        import os
+        from diskreplay.slm import DiskReplay
+        from slm_stubs import args_of, make_body, spec, transition
         memory = DiskReplay(spec({str(tmp_path / "m")!r}, backend={backend!r}), make_body(3))
         for t in range(1, 9):
             memory.add_experience(*args_of(transition(t), "v4"))
         assert (memory.size, memory.seen_size) == (7, 8)
         os._exit(0)
         """)
-    subprocess.run([sys.executable, "-c", child], check=True, timeout=120)
+    support = os.path.dirname(os.path.abspath(slm_stubs.__file__))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [support, os.environ.get("PYTHONPATH")]))}
+    subprocess.run([sys.executable, "-c", child], check=True, timeout=120, env=env)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RecoveryWarning)
         memory = DiskReplay(spec(tmp_path / "m", backend=backend), make_body(3))
