@@ -20,6 +20,7 @@ from diskreplay.views import batch_keys, read_rows, sample_batch, store_info
 
 from .output import (check_output, echo_json, echo_lines, fmt_number, kv_lines, parse_fields, parse_indices,
                      progress, rows_table, table)
+from .plot import load_pyplot, plot_store
 
 SHOW_DEFAULT = 10
 
@@ -257,8 +258,6 @@ def plot(path, out) -> None:
 
     Example: diskreplay plot runs/pong.replay pong.png
     """
-    from .plot import load_pyplot, plot_store
-
     try:
         plt = load_pyplot()
     except ImportError as exc:

@@ -128,6 +128,25 @@ def test_the_cli_uses_public_modules_only(module):
     assert not private, f"{module} reads private attributes {private}"
 
 
+# Imported where used, so that ``import diskreplay`` never pulls them in.
+OPTIONAL = {"h5py", "matplotlib", "torch", "tensordict", "torchrl", "stable_baselines3", "gymnasium", "ray",
+            "minari"}
+
+
+@pytest.mark.parametrize("module", sorted(SOURCES))
+def test_imports_inside_functions_are_optional_dependencies_only(module):
+    tree = ast.parse(open(SOURCES[module]).read())
+    lazy = set()
+    for func in ast.walk(tree):
+        if isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            for node in ast.walk(func):
+                if isinstance(node, ast.Import):
+                    lazy.update(alias.name.split(".")[0] for alias in node.names)
+                elif isinstance(node, ast.ImportFrom):
+                    lazy.add("." if node.level else node.module.split(".")[0])
+    assert lazy <= OPTIONAL, f"{module} imports {sorted(lazy - OPTIONAL)} inside a function"
+
+
 @pytest.mark.parametrize("module", sorted(SOURCES))
 def test_modules_stay_small(module):
     with open(SOURCES[module]) as f:
