@@ -19,6 +19,7 @@ from .errors import (CorruptStoreError, DiskReplayError, EmptyStoreError, Incomp
                      IndexOutOfRangeError, InsufficientSpaceError, InterfaceMismatchError,
                      InvalidArgumentError, MemorySpecError, NotAStoreError, OvertakenError,
                      PartialStepWarning, ReadOnlyError, ReadOnlyViewError, RecoveryWarning,
+                     ReentrantCallError,
                      SchemaMismatchError, SlotIndexError, StoreClosedError, StoreExistsError, StoreIOError,
                      StoreLockedError, StoreMismatchError, StoreNotFoundError, StorePermissionError,
                      TornReadError, UnsupportedFormatError)
@@ -29,6 +30,6 @@ __version__ = "0.1.0"
 __all__ = ["DiskReplay", "FORMAT_VERSION", "CorruptStoreError", "DiskReplayError", "EmptyStoreError",
     "IncompleteStoreError", "IndexOutOfRangeError", "InsufficientSpaceError", "InterfaceMismatchError",
     "InvalidArgumentError", "MemorySpecError", "NotAStoreError", "OvertakenError", "PartialStepWarning",
-    "ReadOnlyError", "ReadOnlyViewError", "RecoveryWarning", "SchemaMismatchError", "SlotIndexError",
+    "ReadOnlyError", "ReadOnlyViewError", "RecoveryWarning", "ReentrantCallError", "SchemaMismatchError", "SlotIndexError",
     "StoreClosedError", "StoreExistsError", "StoreIOError", "StoreLockedError", "StoreMismatchError",
     "StoreNotFoundError", "StorePermissionError", "TornReadError", "UnsupportedFormatError"]

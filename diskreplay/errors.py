@@ -74,6 +74,11 @@ class StoreClosedError(DiskReplayError):
     """The store was used after ``close()``."""
 
 
+class ReentrantCallError(DiskReplayError, RuntimeError):
+    """A store method was called while an ``add``, ``flush`` or ``reset`` of the same store
+    was running in the same thread (from a signal handler): only ``close()`` may be."""
+
+
 class TornReadError(DiskReplayError):
     """A reader kept racing the writer on the same rows and gave up."""
 

@@ -102,11 +102,11 @@ class Prefetcher:
     def closed(self) -> bool:
         return self._stop.is_set()
 
-    def close(self) -> None:
+    def close(self, wait: bool = True) -> None:
         """Stop the producer thread and wait for it (it finishes a ``sample_fn`` call in
-        progress first). Idempotent."""
+        progress first; ``wait=False`` only tells it to stop). Idempotent."""
         self._stop.set()
-        if self._thread is not threading.current_thread():
+        if wait and self._thread is not threading.current_thread():
             self._thread.join()
         while True:  # drop prepared batches now, not when the iterator is collected
             try:

@@ -10,7 +10,27 @@ import numpy as np
 from .errors import InvalidArgumentError, SchemaMismatchError
 
 CORE_FIELDS = ("states", "actions", "rewards", "dones")
-RESERVED_NAMES = ("next_states",)
+# Names a field may not take, with what uses them: a store file (``<name>.npy`` of the
+# memmap backend would be the same file), a key of the batches, episodes and exports the
+# library returns, or a key the CLI adds to its JSON. One list, checked at ``create`` and
+# at the first, inferring ``add`` (``check_field_name``); tests/test_hostile.py tries each.
+RESERVED_NAMES = {
+    "next_states": "the next states derived from 'states' in every batch",
+    "ns_buffer": "the store file ns_buffer.npy",
+    "rowsums": "the store file rowsums.npy (the CRC of every row)",
+    "priorities": "the per-slot priorities of a prioritized store",
+    "weights": "the importance weights of prioritized batches",
+    "discounts": "the discounts of n-step batches",
+    "slots": "the slot of every row in exports and episodes",
+    "slot": "the slot column of the CLI's show and sample output",
+    "idxs": "the sampled slots in the CLI's sample --json output",
+    "env": "the env of every episode and of the CLI's show output",
+    "transition": "the transition number in the CLI's show output",
+    "complete": "the completeness flag of every episode",
+}
+# Reserved since the first format version: an existing store with one of these is damaged.
+# The others were reserved later, and an existing store may hold them (it still opens).
+_RESERVED_FROM_START = ("next_states", "ns_buffer", "rowsums")
 _NUMERIC_KINDS = "biuf"
 MAX_ROW_ELEMENTS = 1 << 32
 
@@ -82,8 +102,9 @@ def check_row_sizes(specs) -> None:
             raise InvalidArgumentError(f"field {name!r} has shape {spec.shape}: rows of zero bytes are not supported")
 
 
-def normalize_fields(fields) -> dict[str, FieldSpec]:
-    """Validate a user ``fields`` declaration ``{name: (shape, dtype)}``."""
+def normalize_fields(fields, *, new: bool = True) -> dict[str, FieldSpec]:
+    """Validate a user ``fields`` declaration ``{name: (shape, dtype)}``; ``new=False`` for
+    the fields of an existing store, which may predate a reserved name."""
     if not isinstance(fields, dict):
         raise InvalidArgumentError(
             f"fields must be a dict {{name: (shape, dtype)}}, got {type(fields).__name__}")
@@ -93,7 +114,7 @@ def normalize_fields(fields) -> dict[str, FieldSpec]:
             f"fields lacks {', '.join(missing)}; it must declare {', '.join(CORE_FIELDS)}")
     specs = {}
     for name in list(CORE_FIELDS) + [n for n in fields if n not in CORE_FIELDS]:
-        check_field_name(name)
+        check_field_name(name, reserved=new)
         spec = fields[name]
         if isinstance(spec, dict):
             shape, dtype = spec.get("shape"), spec.get("dtype")
@@ -107,13 +128,14 @@ def normalize_fields(fields) -> dict[str, FieldSpec]:
     return specs
 
 
-def check_field_name(name) -> None:
+def check_field_name(name, reserved: bool = True) -> None:
     if not isinstance(name, str) or not name.isidentifier() or name.startswith("_"):
         raise InvalidArgumentError(
             f"field name {name!r} is not allowed; use a Python identifier not starting with '_'")
-    if name in RESERVED_NAMES:
+    if name in RESERVED_NAMES and (reserved or name in _RESERVED_FROM_START):
         raise InvalidArgumentError(
-            f"field name {name!r} is reserved: next states are derived from 'states'")
+            f"field name {name!r} is reserved (diskreplay uses it for {RESERVED_NAMES[name]}); "
+            "give the field another name")
 
 
 def _inferred_dtype(value) -> np.dtype:
@@ -159,24 +181,31 @@ def coerce(spec: FieldSpec, value, num_envs: int) -> np.ndarray:
     """``value`` as an array of the field's dtype and shape (with env axis), or a clear error.
 
     Refuses what would silently change data: floats into integer fields, integers
-    out of the field's range, non-numeric data, and wrong shapes.
+    out of the field's range, finite values that overflow a float field (``float_bounds``),
+    non-numeric data, and wrong shapes.
     """
     expected = spec.shape if num_envs == 1 else (num_envs,) + spec.shape
     where = f"{spec.name}: store has {spec.describe()}"
     if num_envs > 1:
         where += f" per env with {num_envs} envs"
+    target = spec.dtype
     try:
         arr = np.asarray(value)
+        if arr.dtype == object and target.kind == "f" and arr.size and all(
+                isinstance(x, numbers.Integral) for x in arr.flat):
+            arr = np.asarray(value, dtype=np.float64)  # Python ints beyond int64, as a float would take them
+    except OverflowError as exc:
+        raise SchemaMismatchError(f"{spec.name}: a value is too large for {target}; {where}") from exc
     except (TypeError, ValueError) as exc:
         raise SchemaMismatchError(f"{spec.name}: cannot read {_describe(value)} as an array; {where}") from exc
     if arr.dtype.kind not in _NUMERIC_KINDS:
         raise SchemaMismatchError(f"{spec.name}: got non-numeric data ({arr.dtype}); {where}")
     if arr.shape != expected:
         raise SchemaMismatchError(f"{spec.name}: got shape {arr.shape}, expected {expected}; {where}")
-    target = spec.dtype
     if arr.dtype == target:
         return arr
     if target.kind == "f":
+        _check_float_range(spec, arr, where)
         return arr.astype(target)
     if arr.dtype.kind == "f":
         raise SchemaMismatchError(
@@ -193,9 +222,28 @@ def coerce(spec: FieldSpec, value, num_envs: int) -> np.ndarray:
     return arr.astype(target)
 
 
+def float_bounds(dtype: np.dtype) -> tuple[float, float]:
+    """The finite range of a float dtype: a finite value outside it is refused (the one rule
+    on every add path); NaN and infinities given as such are stored as they are."""
+    big = float(np.finfo(dtype).max)
+    return -big, big
+
+
+def _check_float_range(spec: FieldSpec, arr: np.ndarray, where: str) -> None:
+    if not arr.size or arr.dtype.kind == "b" or arr.dtype.kind == "f" and arr.dtype.itemsize <= spec.dtype.itemsize:
+        return
+    lo, hi = float_bounds(spec.dtype)
+    with np.errstate(invalid="ignore", over="ignore"):
+        over = np.isfinite(arr) & ((arr > hi) | (arr < lo))
+    if over.any():
+        raise SchemaMismatchError(
+            f"{spec.name}: value {arr[over].flat[0]} overflows {spec.dtype} (finite values must lie within "
+            f"[{lo:g}, {hi:g}]; pass inf explicitly, or declare the field with a wider dtype); {where}")
+
+
 def fields_from_json(obj) -> dict[str, FieldSpec]:
     """Parse the ``fields`` object of a store description (raises InvalidArgumentError)."""
     if not isinstance(obj, dict):
         raise InvalidArgumentError("fields is not an object")
     return normalize_fields({k: (v.get("shape"), v.get("dtype")) if isinstance(v, dict) else v
-                             for k, v in obj.items()})
+                             for k, v in obj.items()}, new=False)

@@ -9,6 +9,7 @@ lives in slot ``ring.slot_of(t, base, max_size)``.
 from __future__ import annotations
 
 import os
+import threading
 from typing import Callable
 
 import numpy as np
@@ -17,7 +18,8 @@ from . import ring
 from .backends import BACKENDS
 from .counters import W_FLUSH_NS, Counters
 from .description import read_description
-from .errors import CorruptStoreError, EmptyStoreError, IndexOutOfRangeError, InvalidArgumentError
+from .errors import (CorruptStoreError, EmptyStoreError, IndexOutOfRangeError, InvalidArgumentError,
+                     StoreClosedError)
 from .gather import Gatherer
 from .layout import DataFiles, check_is_store
 from .lock import WriterLock
@@ -31,8 +33,13 @@ class Session:
     mode = ""
     writable = False
     live = False  # whether adds may write (the writer, until closed or failed)
+    busy = False  # an add, flush or reset is running (only the writer sets it)
 
     def __init__(self, path: str, *, lock: WriterLock | None = None):
+        # Every public operation holds the mutex, so threads sharing one store (an actor
+        # adding, a learner sampling, a ``batches()`` thread) never see each other's
+        # half-done steps. Reentrant: a signal handler may close() inside an add.
+        self.mutex = threading.RLock()
         self.path = path
         self.directory = os.path.abspath(path)
         self.closed = True
@@ -72,8 +79,19 @@ class Session:
         """Bring ``seen``, ``base``, ``draws`` and ``resets`` up to date (readers re-read them)."""
 
     def state(self) -> ring.RingState:
-        self.refresh()
-        return ring.RingState(self.seen, self.base, self.draws, self.resets)
+        with self.mutex:
+            self._check_open()
+            self.refresh()
+            return ring.RingState(self.seen, self.base, self.draws, self.resets)
+
+    def _check_open(self) -> None:
+        if self.closed:
+            raise StoreClosedError(f"{self.path} is closed")
+
+    def _enter_read(self) -> None:
+        """Start a read (under the mutex): the store must be open (and, for the writer, not
+        in the middle of an add of this thread; see ``Writer._enter``)."""
+        self._check_open()
 
     def current_ns(self) -> np.ndarray:
         """The ``ns_buffer`` rows of the newest step (the area of its parity)."""
@@ -81,6 +99,12 @@ class Session:
 
     def ns_buffer(self) -> np.ndarray:
         """A copy of the next states of the newest ``num_envs`` transitions (empty when none)."""
+        with self.mutex:
+            self._enter_read()
+            self.refresh()
+            return self._ns_buffer()
+
+    def _ns_buffer(self) -> np.ndarray:
         if self.fields is None or self.seen == self.base:
             return np.empty((0,), np.float32)
         return self.current_ns().copy()
@@ -102,6 +126,11 @@ class Session:
     # ------------------------------------------------------------------ reading
     def sample(self, batch_size: int, use_cer: bool) -> tuple[np.ndarray, dict]:
         """``(idxs, batch)``: ``batch_size`` slots drawn uniformly from the occupied ones."""
+        with self.mutex:
+            self._enter_read()
+            return self._sample(batch_size, use_cer)
+
+    def _sample(self, batch_size: int, use_cer: bool) -> tuple[np.ndarray, dict]:
         self.refresh()
         size = ring.ring_size(self.seen, self.base, self.max_size)
         if size == 0:
@@ -119,6 +148,11 @@ class Session:
         """Hook after the sampler advanced (the writer records its position)."""
 
     def get(self, idxs) -> dict:
+        with self.mutex:
+            self._enter_read()
+            return self._get(idxs)
+
+    def _get(self, idxs) -> dict:
         self.refresh()
         idxs = self._checked_idxs(idxs)
         if self.fields is None:
@@ -141,6 +175,11 @@ class Session:
 
     def verify_rows(self, progress: Callable[[int], None] | None = None) -> tuple[int, list[int]]:
         """``(rows checked, damaged slots)`` for the rows durable at the last flush."""
+        with self.mutex:
+            self._enter_read()
+            return self._verify_rows(progress)
+
+    def _verify_rows(self, progress: Callable[[int], None] | None) -> tuple[int, list[int]]:
         if self.fields is None:
             return 0, []
         self.refresh()
@@ -158,13 +197,14 @@ class Session:
 
     # ------------------------------------------------------------------ closing
     def close(self) -> None:
-        if self.closed:
-            return
-        try:
-            self._before_close()
-        finally:
-            self.closed = True
-            self._release()
+        with self.mutex:
+            if self.closed:
+                return
+            try:
+                self._before_close()
+            finally:
+                self.closed = True
+                self._release()
 
     def _before_close(self) -> None:
         """Hook: what a session does while everything is still open (the writer flushes)."""

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import numbers
 import os
-import threading
 import warnings
 import weakref
 from typing import Callable
@@ -95,7 +94,6 @@ class DiskReplay:
         self.flush_every: int | None = desc["flush_every"]
         self.recovery_note: str | None = session.recovery_note
         self.batch_idxs: np.ndarray | None = None
-        self._add_wrap = None  # the lock of a running batches(), applied to whichever add is bound
         self._prefetchers = weakref.WeakSet()  # live batches() iterators, closed with the store
         self._bind_add()
 
@@ -156,12 +154,11 @@ class DiskReplay:
     def _bind_add(self) -> None:
         """The only place that sets ``add`` on the instance: the writer's fast add for the
         store as it is now (an instance attribute shadows the general method; a closure is
-        the cheapest call Python has), wrapped by the lock of a running ``batches()``."""
+        the cheapest call Python has). Every add path takes the session's mutex itself, so a
+        reference to ``buf.add`` taken at any time is as thread-safe as the method."""
         self.__dict__.pop("add", None)
         fast = self._session.bind_add()
-        if self._add_wrap is not None:
-            self.add = self._add_wrap(fast or self._general_add)
-        elif fast is not None:
+        if fast is not None:
             fast.__doc__ = DiskReplay.add.__doc__
             self.add = fast
 
@@ -220,35 +217,11 @@ class DiskReplay:
     def batches(self, batch_size: int | None = None, *, prefetch: int = 2, count: int | None = None):
         """An iterator of ``sample(batch_size)`` batches prepared ``prefetch`` ahead in a
         background thread (``count`` batches, or until closed). Deterministic for a seeded
-        store; use it as a context manager or call ``close()``. While it runs, ``add`` and
-        sampling take a lock, so a batch never mixes rows with a concurrent add. Batches
-        prepared but not taken still advanced the sampler."""
+        store; use it as a context manager or call ``close()``. The thread takes the
+        store's mutex for each batch, as every operation does, so a batch never mixes rows
+        with a concurrent add. Batches prepared but not taken still advanced the sampler."""
         self._check_open()
-        lock = threading.Lock()
-
-        def wrap(add):
-            def locked_add(*args, **kwargs):
-                with lock:
-                    return add(*args, **kwargs)
-            return locked_add
-
-        def locked_sample():
-            with lock:
-                return self.sample(batch_size)
-
-        prefetcher = Prefetcher(locked_sample, prefetch=prefetch, count=count)
-        self._add_wrap = wrap
-        self._bind_add()
-        stop_thread = prefetcher.close
-
-        def close():
-            stop_thread()
-            if self._add_wrap is wrap:
-                self._add_wrap = None
-                if not self.closed:
-                    self._bind_add()
-
-        prefetcher.close = close
+        prefetcher = Prefetcher(lambda: self.sample(batch_size), prefetch=prefetch, count=count)
         self._prefetchers.add(prefetcher)
         return prefetcher
 
@@ -272,7 +245,10 @@ class DiskReplay:
             return
         try:
             for prefetcher in list(self._prefetchers):
-                prefetcher.close()  # no background sample() while flushing and unmapping
+                # No background sample() while flushing and unmapping. From a signal handler
+                # inside an add the thread may be waiting for the mutex this thread holds:
+                # stop it without waiting (it then finds the store closed).
+                prefetcher.close(wait=not self._session.busy)
         finally:
             self.__dict__.pop("add", None)
             self._session.close()  # releases everything even when its flush fails

@@ -28,17 +28,18 @@ import time
 import numpy as np
 
 from . import ring
-from .backends import get_backend
-from .counters import (W_CLEAN, W_DRAWS, W_FLUSH_NS, W_KEY, W_PID, Counters, begin_step, commit_step,
-                       create_counters)
-from .description import new_description, write_description
-from .errors import DiskReplayError, ReadOnlyError, SchemaMismatchError, StoreClosedError, StoreIOError
+from .backends import BACKENDS, get_backend
+from .counters import (W_CHECK, W_CLEAN, W_DRAWS, W_FLUSH_NS, W_INTENT, W_KEY, W_PID, W_SEEN, Counters,
+                       begin_step, commit_step, create_counters)
+from .description import new_description, read_description, write_description
+from .errors import (DiskReplayError, ReadOnlyError, ReentrantCallError, SchemaMismatchError, StoreClosedError,
+                     StoreIOError)
 from .fastadd import fast_add, fast_vector_add
 from .fsutil import io_error
 from .layout import (create_data_files, finish_creating, lock_exists, mark_creating, prepare_directory,
                      remove_data_files, remove_store_files, reserve_rows_for, undo_create)
 from .lock import WriterLock
-from .recovery import recover_for_writer
+from .recovery import recover_for_writer, restore_rows
 from .rowsums import update_sums
 from .schema import CORE_FIELDS, FieldSpec, check_row_sizes, coerce, infer_fields
 from .session import Session
@@ -121,20 +122,47 @@ class Writer(Session):
     # ------------------------------------------------------------------ adding
     def add(self, state, action, reward, next_state, done, extra: dict) -> None:
         """The general add: any input the schema accepts, materialising the fields first
-        on a store created without them."""
-        if not self.live:
-            raise self.refusal("add")
-        if self.fields is None:
-            self._materialize(state, action, reward, next_state, done, extra)
-        self.write_step(self._coerced_values(state, action, reward, next_state, done, extra))
+        on a store created without them. Every value is checked and converted before the
+        first row is written; an exception at any point settles the step (``settle``)."""
+        with self.mutex:
+            self._enter("add")
+            try:
+                self.busy = True
+                if self.fields is None:
+                    self._materialize(state, action, reward, next_state, done, extra)
+                self._write_step(self._coerced_values(state, action, reward, next_state, done, extra))
+            except BaseException:
+                self.settle()
+                raise
+            finally:
+                self.busy = False
 
-    def write_step(self, values: list) -> None:
+    def _enter(self, what: str) -> None:
+        """Start a writing operation: refuse it in a closed or failed writer, or nested in
+        another one of this thread (a signal handler); then settle any step left in flight."""
+        if self.busy:
+            raise ReentrantCallError(
+                f"cannot {what}: an add, flush or reset of {self.path} is running in this thread "
+                "(this call comes from a signal handler?); only close() may be called there")
+        if not self.live:
+            raise self.refusal(what)
+        self.settle()
+
+    def _enter_read(self) -> None:
+        if self.busy:
+            raise ReentrantCallError(
+                f"cannot read {self.path} while one of its adds, flushes or resets is running in this "
+                "thread (a call from a signal handler?): the rows are half-written; only close() may be called there")
+        self._check_open()
+        self.settle()
+
+    def _write_step(self, values: list) -> None:
         """Write one validated step (values in field order, next states last) and commit it."""
         n = self.num_envs
         seen = self.seen
         t_end = seen + n
         if t_end > self.flush_before:
-            self.flush()
+            self._flush_now()
         words = self.words
         begin_step(words, t_end)
         start, fit = ring.step_slots(seen, self.base, self.max_size, n)
@@ -145,6 +173,25 @@ class Writer(Session):
         self.data.ns[(t_end // n) & 1] = values[-1]
         commit_step(words, t_end, self.key)
         self.seen = t_end
+
+    def settle(self) -> None:
+        """Finish a step an exception left in flight (``intent`` ahead of ``seen``): keep it
+        if its commit completed (the check word vouches for it), else put back the rows it
+        was overwriting from the undo reserve (the add then never happened). Idempotent;
+        every operation calls it first, so a torn row is never read, flushed or closed over."""
+        words = getattr(self, "words", None)
+        if words is None or self.data is None:
+            return
+        intent = int(words[W_INTENT])
+        if intent == self.seen:
+            return
+        if int(words[W_CHECK]) ^ self.key == intent:
+            self.seen = intent  # committed; only the in-memory counter was behind
+            return
+        restore_rows(self.data.storage.arrays, self.data.ckfile, self.checkpoint, self.seen, intent,
+                     self.base, self.max_size)
+        words[W_SEEN] = self.seen  # back to the state before the step, as recovery would make it
+        words[W_INTENT] = self.seen
 
     def _coerced_values(self, state, action, reward, next_state, done, extra) -> list:
         missing = [name for name in self.extra_names if name not in extra]
@@ -180,16 +227,23 @@ class Writer(Session):
             desc["fields"] = {n: s.to_json() for n, s in specs.items()}
             desc["reserve_rows"] = reserve
             desc["seed_entropy"] = str(desc["seed_entropy"])
-            write_description(self.directory, desc)
+            write_description(self.directory, desc)  # the commit point: the store now has fields
         except BaseException as exc:
-            remove_data_files(self.directory, backend, specs)
+            if read_description(self.directory, BACKENDS)["fields"] is None:
+                remove_data_files(self.directory, backend, specs)
+            else:  # interrupted after the commit point: the files are the store's now
+                self._fail(exc)
             if isinstance(exc, OSError) and not isinstance(exc, DiskReplayError):
                 raise io_error(f"creating the data files of {self.path}", exc) from exc
             raise
-        self._read_description()
-        self._map_data()
-        self.checkpoint = self.data.ckfile.newest()
-        self._set_flush_limit()
+        try:
+            self._read_description()
+            self._map_data()
+            self.checkpoint = self.data.ckfile.newest()
+            self._set_flush_limit()
+        except BaseException as exc:
+            self._fail(exc)  # half-opened: refuse writes; reopening opens the store as written
+            raise
 
     def _map_data(self) -> None:
         super()._map_data()
@@ -207,8 +261,15 @@ class Writer(Session):
     # ------------------------------------------------------------------ flushing
     def flush(self) -> None:
         """Sync every data file, then write a new checkpoint; a failure leaves the writer failed."""
-        if not self.live:
-            raise self.refusal("flush")
+        with self.mutex:
+            self._enter("flush")
+            try:
+                self.busy = True
+                self._flush_now()
+            finally:
+                self.busy = False
+
+    def _flush_now(self) -> None:
         try:
             self._flush()
         except DiskReplayError as exc:
@@ -278,18 +339,34 @@ class Writer(Session):
 
     # ------------------------------------------------------------------ reset and adopt
     def reset(self) -> None:
-        """Empty the ring (``seen_size`` keeps counting), durably."""
-        if not self.live:
-            raise self.refusal("reset")
+        """Empty the ring (``seen_size`` keeps counting), durably. An exception part-way
+        leaves the ring as it was before the call (or, once the reset is flushed, empty)."""
+        with self.mutex:
+            self._enter("reset")
+            try:
+                self.busy = True
+                self._reset()
+            finally:
+                self.busy = False
+
+    def _reset(self) -> None:
         if self.fields is not None:
-            self.flush()
-        self.base = self.seen
-        self.resets += 1
-        self.counters.commit_state(self.seen, self.base, self.sampler.draws, self.resets)
-        if self.fields is not None:
-            self.flush()
-        else:
-            self.counters.sync()
+            self._flush_now()
+        old_base, old_resets = self.base, self.resets
+        try:
+            self.counters.commit_state(self.seen, self.seen, self.sampler.draws, old_resets + 1)
+            self.base, self.resets = self.seen, old_resets + 1
+            if self.fields is not None:
+                self._flush_now()
+            else:
+                self.counters.sync()
+        except BaseException:
+            if self.live and (self.checkpoint is None or self.checkpoint.base != self.seen):
+                # not durable yet: undo it, so memory, counters and checkpoint agree
+                self.counters.commit_state(self.seen, old_base, self.sampler.draws, old_resets)
+                self.base, self.resets = old_base, old_resets
+                self._set_flush_limit()
+            raise
 
     def adopt(self, state: ring.RingState, ns_rows: np.ndarray | None) -> None:
         """Take over the counters, sampler position and ``ns_buffer`` of another store whose
@@ -314,13 +391,19 @@ class Writer(Session):
 
     def _before_close(self) -> None:
         if self.live:
-            self.flush()
+            self.settle()
+            self._flush_now()
             self.words[W_CLEAN] = 1
             self.words[W_PID] = 0
             self.counters.sync()
 
     def _release(self) -> None:
-        self.live = False  # held references to the fast add must not store into unmapped memory
+        self.live = False  # held references to the fast add must not store into the files
+        # An add interrupted by a signal handler that closed the store resumes after the
+        # handler returns: read-only views make its remaining stores raise, not write.
+        for arr in list(getattr(self, "arrays", [])) + [getattr(self.data, "ns", None), getattr(self, "words", None)]:
+            if arr is not None:
+                arr.flags.writeable = False
         self.arrays = []
         self.words = None
         super()._release()
