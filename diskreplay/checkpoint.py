@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .errors import CorruptStoreError
-from .fsutil import io_error, preallocate_file
+from .fsutil import close_fd, io_error, preallocate_file
 
 CHECKPOINT_FILE = "checkpoint.bin"
 HEADER_BYTES = 4096
@@ -195,6 +195,4 @@ class CheckpointFile:
         return np.frombuffer(raw, spec.dtype).reshape((num_envs,) + spec.shape).copy()
 
     def close(self) -> None:
-        if self.fd >= 0:
-            os.close(self.fd)
-            self.fd = -1
+        self.fd = close_fd(self.fd)

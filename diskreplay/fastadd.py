@@ -6,9 +6,10 @@ and value ranges, then the commit protocol of ``counters.begin_step`` / ``commit
 written inline (a call per step would cost a measurable share of an add). Anything the
 checks do not accept (so every value is known to store exactly before the first row is
 touched), a step that wraps the ring end or is due for a flush, a writer that is no
-longer ``live``, and a call nested in another operation of the same thread (``busy``: a
-signal handler) go through the general path. An exception part-way (Ctrl-C, a signal
-handler's ``sys.exit``) settles the step (``Writer.settle``) before it propagates.
+longer ``live``, and a call made while a flush, reset or general add of this thread is
+running (``busy``: from a signal handler) go through the general path. An exception
+part-way (Ctrl-C, a signal handler's ``sys.exit``) settles the step (``Writer.settle``)
+before it propagates.
 ``tests/test_commit_paths.py`` proves both paths byte-identical.
 """
 from __future__ import annotations
@@ -38,7 +39,7 @@ def fast_add(w):
 
     def add(state, action, reward, next_state, done, **extra):
         with mutex:
-            if (w.busy or not w.live or extra or type(state) is not ndarray or state.shape != shape
+            if (w.busy is not None or not w.live or extra or type(state) is not ndarray or state.shape != shape
                     or state.dtype != dtype or type(next_state) is not ndarray or next_state.shape != shape
                     or next_state.dtype != dtype or type(action) not in a_types or not a_lo <= action <= a_hi
                     or type(reward) not in r_types or not r_lo <= reward <= r_hi
@@ -49,7 +50,6 @@ def fast_add(w):
             if t > w.flush_before:
                 return general(state, action, reward, next_state, done, extra)
             try:
-                w.busy = True
                 words[W_INTENT] = t
                 slot = (seen - w.base) % max_size
                 states[slot] = state
@@ -63,8 +63,6 @@ def fast_add(w):
             except BaseException:
                 settle()
                 raise
-            finally:
-                w.busy = False
 
     return add
 
@@ -90,7 +88,7 @@ def fast_vector_add(w):
 
     def add(state, action, reward, next_state, done, **extra):
         with mutex:
-            if (w.busy or not w.live or extra or type(state) is not ndarray or type(next_state) is not ndarray
+            if (w.busy is not None or not w.live or extra or type(state) is not ndarray or type(next_state) is not ndarray
                     or type(action) is not ndarray or type(reward) is not ndarray or type(done) is not ndarray
                     or state.shape != s_shape or next_state.shape != s_shape or action.shape != a_shape
                     or reward.shape != r_shape or done.shape != d_shape
@@ -107,7 +105,6 @@ def fast_vector_add(w):
             if stop > max_size or t_end > w.flush_before:
                 return general(state, action, reward, next_state, done, extra)
             try:
-                w.busy = True
                 words[W_INTENT] = t_end
                 states[start:stop] = state
                 actions[start:stop] = action
@@ -120,8 +117,6 @@ def fast_vector_add(w):
             except BaseException:
                 settle()
                 raise
-            finally:
-                w.busy = False
 
     return add
 

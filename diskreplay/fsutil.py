@@ -128,3 +128,17 @@ def format_bytes(n: int) -> str:
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1024
     return f"{n} B"
+
+
+def close_fd(fd: int) -> int:
+    """Close ``fd`` if it is open and return -1, for the caller to store in the same
+    statement (``self.fd = close_fd(self.fd)``): an exception between two lines can then
+    never leave a closed descriptor recorded as open, and a close repeated after one
+    (EBADF) is ignored."""
+    if fd >= 0:
+        try:
+            os.close(fd)
+        except OSError as exc:
+            if exc.errno != errno.EBADF:
+                raise
+    return -1

@@ -6,7 +6,7 @@ import fcntl
 import os
 
 from .errors import StoreLockedError
-from .fsutil import io_error
+from .fsutil import close_fd, io_error
 
 LOCK_FILE = "lock"
 
@@ -31,9 +31,7 @@ class WriterLock:
             raise io_error(f"locking {self.path}", exc) from exc
 
     def release(self) -> None:
-        if self.fd >= 0:
-            os.close(self.fd)  # closing the descriptor drops the flock
-            self.fd = -1
+        self.fd = close_fd(self.fd)  # closing the descriptor drops the flock
 
 
 def writer_alive(directory: str) -> bool:

@@ -12,7 +12,7 @@ import os
 import numpy as np
 
 from .errors import CorruptStoreError
-from .fsutil import io_error
+from .fsutil import close_fd, io_error
 
 
 class MappedFile:
@@ -101,9 +101,7 @@ class MappedFile:
             except BufferError:
                 pass  # a memoryview still exports it; the mapping goes when that does
             self.mm = None
-        if self.fd >= 0:
-            os.close(self.fd)
-            self.fd = -1
+        self.fd = close_fd(self.fd)
 
     def _close_gather_view(self) -> None:
         if self.rmm is not None:
@@ -112,6 +110,4 @@ class MappedFile:
             except BufferError:
                 pass
             self.rmm = None
-        if self.read_fd >= 0:
-            os.close(self.read_fd)
-            self.read_fd = -1
+        self.read_fd = close_fd(self.read_fd)

@@ -33,7 +33,7 @@ class Session:
     mode = ""
     writable = False
     live = False  # whether adds may write (the writer, until closed or failed)
-    busy = False  # an add, flush or reset is running (only the writer sets it)
+    busy = None  # the frame of a running add, flush or reset (only the writer sets it)
 
     def __init__(self, path: str, *, lock: WriterLock | None = None):
         # Every public operation holds the mutex, so threads sharing one store (an actor
@@ -203,8 +203,13 @@ class Session:
             try:
                 self._before_close()
             finally:
-                self.closed = True
-                self._release()
+                try:
+                    self.closed = True
+                    self._release()
+                except BaseException:  # Ctrl-C part-way: finish releasing (idempotent), then raise
+                    self.closed = True
+                    self._release()
+                    raise
 
     def _before_close(self) -> None:
         """Hook: what a session does while everything is still open (the writer flushes)."""

@@ -248,7 +248,7 @@ class DiskReplay:
                 # No background sample() while flushing and unmapping. From a signal handler
                 # inside an add the thread may be waiting for the mutex this thread holds:
                 # stop it without waiting (it then finds the store closed).
-                prefetcher.close(wait=not self._session.busy)
+                prefetcher.close(wait=self._session.busy is None)
         finally:
             self.__dict__.pop("add", None)
             self._session.close()  # releases everything even when its flush fails

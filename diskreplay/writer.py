@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import sys
 import time
 
 import numpy as np
@@ -127,7 +128,7 @@ class Writer(Session):
         with self.mutex:
             self._enter("add")
             try:
-                self.busy = True
+                self.busy = sys._getframe()
                 if self.fields is None:
                     self._materialize(state, action, reward, next_state, done, extra)
                 self._write_step(self._coerced_values(state, action, reward, next_state, done, extra))
@@ -135,12 +136,12 @@ class Writer(Session):
                 self.settle()
                 raise
             finally:
-                self.busy = False
+                self.busy = None
 
     def _enter(self, what: str) -> None:
         """Start a writing operation: refuse it in a closed or failed writer, or nested in
         another one of this thread (a signal handler); then settle any step left in flight."""
-        if self.busy:
+        if self._nested():
             raise ReentrantCallError(
                 f"cannot {what}: an add, flush or reset of {self.path} is running in this thread "
                 "(this call comes from a signal handler?); only close() may be called there")
@@ -148,8 +149,23 @@ class Writer(Session):
             raise self.refusal(what)
         self.settle()
 
+    def _nested(self) -> bool:
+        """Whether this call runs inside an add, flush or reset of this thread (the mutex
+        keeps other threads out), i.e. in a signal handler. ``busy`` is that operation's
+        frame; one left set by an exception at the line that clears it is stale."""
+        owner = self.busy
+        if owner is None:
+            return False
+        frame = sys._getframe(2)
+        while frame is not None:
+            if frame is owner:
+                return True
+            frame = frame.f_back
+        self.busy = None
+        return False
+
     def _enter_read(self) -> None:
-        if self.busy:
+        if self._nested():
             raise ReentrantCallError(
                 f"cannot read {self.path} while one of its adds, flushes or resets is running in this "
                 "thread (a call from a signal handler?): the rows are half-written; only close() may be called there")
@@ -264,10 +280,10 @@ class Writer(Session):
         with self.mutex:
             self._enter("flush")
             try:
-                self.busy = True
+                self.busy = sys._getframe()
                 self._flush_now()
             finally:
-                self.busy = False
+                self.busy = None
 
     def _flush_now(self) -> None:
         try:
@@ -344,10 +360,10 @@ class Writer(Session):
         with self.mutex:
             self._enter("reset")
             try:
-                self.busy = True
+                self.busy = sys._getframe()
                 self._reset()
             finally:
-                self.busy = False
+                self.busy = None
 
     def _reset(self) -> None:
         if self.fields is not None:
