@@ -13,7 +13,7 @@ import click
 
 from diskreplay import DiskReplay, DiskReplayError, InvalidArgumentError
 from diskreplay.backends import BACKENDS
-from diskreplay.export import export_store
+from diskreplay.export import check_output_path, export_store
 from diskreplay.stats import compute_stats
 from diskreplay.verify import verify_store
 from diskreplay.views import batch_keys, read_rows, sample_batch, store_info
@@ -237,6 +237,7 @@ def export(path, out, fmt, start, stop, overwrite) -> None:
 
     Example: diskreplay export runs/pong.replay pong.h5 --start -1000
     """
+    out = check_output_path(out)  # never inside a store, before anything else is looked at
     check_output(out, overwrite)
     with open_reader(path) as buf, progress("exporting") as update:
         result = export_store(buf, out, fmt=fmt, start=start, stop=stop, progress=update)
@@ -258,6 +259,7 @@ def plot(path, out) -> None:
 
     Example: diskreplay plot runs/pong.replay pong.png
     """
+    out = check_output_path(out)
     try:
         plt = load_pyplot()
     except ImportError as exc:

@@ -7,7 +7,8 @@ import os
 import numpy as np
 
 from . import ring
-from .errors import StoreLockedError
+from .errors import InvalidArgumentError, StoreLockedError
+from .layout import check_path, enclosing_store
 from .lock import writer_alive
 from .reader import Reader
 from .writer import Writer
@@ -18,7 +19,13 @@ BLOCK_BYTES = 8 << 20
 def convert_store(src, dst, *, backend, progress=None, overwrite=False, block_rows=None) -> None:
     """Copy the store at ``src`` to a new store at ``dst`` with ``backend``: fields, rows,
     counters, ``ns_buffer`` and sampler position; ``progress(done_rows, total_rows)``."""
-    src_path = os.fspath(src)
+    src_path, dst_path = check_path(src, "src"), check_path(dst, "dst")
+    if os.path.realpath(src_path) == os.path.realpath(dst_path):
+        raise InvalidArgumentError(f"cannot convert {src_path} onto itself; give another dst")
+    inside = enclosing_store(dst_path, include_self=False)
+    if inside is not None:
+        raise InvalidArgumentError(f"cannot create {dst_path}: it lies inside the store {inside}; "
+                                   "put the converted store outside any store directory")
     if writer_alive(os.path.abspath(src_path)):
         raise StoreLockedError(f"{src_path} is open for writing; close its writer before converting it")
     source = Reader(src_path)
@@ -27,7 +34,7 @@ def convert_store(src, dst, *, backend, progress=None, overwrite=False, block_ro
             raise StoreLockedError(
                 f"{src_path} needs recovery (its last writer crashed); open it once with mode='r+' first")
         desc = source.desc
-        target = Writer.create(os.fspath(dst), max_size=source.max_size, num_envs=source.num_envs,
+        target = Writer.create(dst_path, max_size=source.max_size, num_envs=source.num_envs,
                                backend=backend, batch_size=desc["batch_size"], use_cer=desc["use_cer"],
                                entropy=desc["seed_entropy"], specs=source.fields, overwrite=overwrite,
                                flush_every=desc["flush_every"])

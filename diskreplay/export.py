@@ -20,6 +20,7 @@ import numpy as np
 
 from .errors import InvalidArgumentError
 from .fsutil import atomic_replace
+from .layout import check_path, enclosing_store
 from .store import DiskReplay
 from .views import ChronoReader, Snapshot, batch_keys
 
@@ -31,6 +32,19 @@ def format_for(out, given: str | None = None) -> str:
     if given:
         return given
     return "hdf5" if os.fspath(out).lower().endswith((".h5", ".hdf5")) else "npz"
+
+
+def check_output_path(out) -> str:
+    """``out`` as a ``str`` path, refused (``InvalidArgumentError``) when it lies inside a
+    store directory, the exported one or any other: it could replace one of the store's
+    files, and a foreign file there blocks ``create(overwrite=True)``. Used by every
+    command that writes a file (export, plot)."""
+    out = check_path(out, "out")
+    inside = enclosing_store(out)
+    if inside is not None:
+        raise InvalidArgumentError(f"cannot write {out}: it lies inside the store {inside}; "
+                                   "write it outside any store directory")
+    return out
 
 
 def export_store(buf: DiskReplay, out, *, fmt: str | None = None, start: int | None = None,
@@ -46,6 +60,7 @@ def export_store(buf: DiskReplay, out, *, fmt: str | None = None, start: int | N
     Returns ``{"rows": n, "skipped_overwritten": k, "format": fmt}``: ``k`` rows the live
     writer overwrote before they were read are left out.
     """
+    out = check_output_path(out)
     fmt = format_for(out, fmt)
     if fmt not in FORMATS:
         raise InvalidArgumentError(f"fmt must be one of {', '.join(FORMATS)}, got {fmt!r}")
@@ -112,4 +127,4 @@ def _write_hdf5(buf: DiskReplay, reader: ChronoReader, tmp: str) -> int:
     return written
 
 
-__all__ = ["FORMATS", "export_store", "format_for"]
+__all__ = ["FORMATS", "check_output_path", "export_store", "format_for"]

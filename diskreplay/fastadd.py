@@ -28,7 +28,7 @@ def fast_add(w):
     (a_types, a_lo, a_hi), (r_types, r_lo, r_hi), (d_types, d_lo, d_hi) = (
         _fast_scalar_rule(specs[name]) for name in ("actions", "rewards", "dones"))
     states, actions, rewards, dones = w.arrays
-    ns = w.data.ns
+    ns_rows = w.views["ns_rows"] = w.data.ns[:, 0]  # made read-only with the arrays at close
     words = w.words
     key = w.key
     max_size = w.max_size
@@ -56,7 +56,7 @@ def fast_add(w):
                 actions[slot] = action
                 rewards[slot] = reward
                 dones[slot] = done
-                ns[t & 1] = next_state
+                ns_rows[t & 1] = next_state
                 words[W_SEEN] = t
                 words[W_CHECK] = t ^ key
                 w.seen = t

@@ -17,7 +17,8 @@ from .backends import Backend, RowStorage, get_backend
 from .checkpoint import CHECKPOINT_FILE, CheckpointFile, CheckpointLayout, create_checkpoint_file
 from .counters import COUNTERS_FILE
 from .description import DESCRIPTION_FILE, FORMAT_VERSION
-from .errors import IncompleteStoreError, NotAStoreError, StoreExistsError, StoreNotFoundError
+from .errors import (IncompleteStoreError, InvalidArgumentError, NotAStoreError, StoreExistsError,
+                     StoreNotFoundError)
 from .fsutil import check_free_space, fsync_dir, io_error
 from .lock import LOCK_FILE
 from .mapped import MappedFile
@@ -65,6 +66,40 @@ def looks_like_store(directory: str) -> bool:
             return b'"format": "diskreplay"' in f.read(1 << 16)
     except OSError:
         return False
+
+
+def enclosing_store(path, *, include_self: bool = True) -> str | None:
+    """The store directory ``path`` lies in (``path`` itself too, with ``include_self``),
+    or None: outputs (exports, plots, a converted store) must never land inside a store,
+    where they would replace one of its files or block a later ``create(overwrite=True)``."""
+    p = os.path.realpath(os.path.abspath(os.fspath(path)))
+    d = p if include_self else os.path.dirname(p)
+    while True:
+        try:
+            if os.path.isdir(d) and looks_like_store(d):
+                return d
+        except OSError:
+            pass
+        parent = os.path.dirname(d)
+        if parent == d:
+            return None
+        d = parent
+
+
+def check_path(path, what: str) -> str:
+    """``path`` as a ``str`` (``os.PathLike`` accepted), or ``InvalidArgumentError`` before
+    anything is created: bytes paths and paths with NUL characters are refused."""
+    try:
+        path = os.fspath(path)
+    except TypeError:
+        raise InvalidArgumentError(f"{what} must be a path (str or os.PathLike), got {type(path).__name__}") from None
+    if isinstance(path, bytes):
+        raise InvalidArgumentError(f"{what} must be a str path, got bytes {path!r}; decode it with os.fsdecode()")
+    if "\0" in path:
+        raise InvalidArgumentError(f"{what} {path!r} contains a NUL character")
+    if not path:
+        raise InvalidArgumentError(f"{what} is an empty path")
+    return path
 
 
 def _is_own_file(name: str) -> bool:

@@ -29,7 +29,8 @@ class MappedFile:
         except OSError as exc:
             raise io_error(f"opening {path}", exc) from exc
         try:
-            self.size = os.fstat(self.fd).st_size
+            st = os.fstat(self.fd)
+            self.size, self.identity = st.st_size, (st.st_dev, st.st_ino)
             if self.size == 0:
                 raise CorruptStoreError(f"{path} is empty")
             prot = mmap.PROT_READ | (mmap.PROT_WRITE if writable else 0)
@@ -40,6 +41,22 @@ class MappedFile:
         except BaseException:
             os.close(self.fd)
             raise
+
+    def changed(self) -> str | None:
+        """How the file at ``path`` no longer is the one mapped (replaced, truncated), or
+        None. Touching a page of a mapping past a truncated end raises SIGBUS, so readers
+        ask before every read; a truncation after this check can still do so."""
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            return "was deleted"
+        except OSError as exc:
+            return f"cannot be checked ({exc})"
+        if (st.st_dev, st.st_ino) != self.identity:
+            return "was replaced by another file"
+        if st.st_size < self.size:
+            return f"was truncated to {st.st_size} bytes (it was {self.size})"
+        return None
 
     def array(self, offset: int, shape: tuple, dtype: np.dtype) -> np.ndarray:
         """A plain ndarray view (not np.memmap: that subclass costs microseconds per operation)."""

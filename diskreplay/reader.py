@@ -70,6 +70,17 @@ class Reader(Session):
         self.seen, self.base, self.draws, self.resets = seen, base, draws, resets
         if self.fields is None and seen:
             raise CorruptStoreError(f"{self.counters.path}: seen_size is {seen} but the store has no fields")
+        self._check_files()
+
+    def _check_files(self) -> None:
+        """Refuse to read through a mapping whose file was truncated (SIGBUS) or replaced
+        (stale rows) since it was mapped: checked at every refresh, before any read."""
+        for mapped in self.mapped_files:
+            problem = mapped.changed()
+            if problem is not None:
+                raise CorruptStoreError(
+                    f"{mapped.path} {problem} while this reader had the store open; reopen the store "
+                    "(open it with mode='r+' to recover it, or run diskreplay verify)")
 
     def _writer_alive(self) -> bool:
         now = time.monotonic()

@@ -166,8 +166,11 @@ class Session:
         arr = np.asarray(idxs)
         if arr.dtype == object or arr.dtype.kind not in "iu" and not (arr.size == 0 and arr.dtype.kind == "f"):
             raise InvalidArgumentError(f"idxs must be integers, got {arr.dtype} data")
-        arr = arr.astype(np.int64, copy=False).reshape(-1)
         size = ring.ring_size(self.seen, self.base, self.max_size)
+        if arr.dtype.kind == "u" and arr.size and int(arr.max()) >= size:  # before a cast could wrap it negative
+            raise IndexOutOfRangeError(
+                f"index {int(arr.max())} is outside [0, {size}) (the store holds {size} transitions)")
+        arr = arr.astype(np.int64, copy=False).reshape(-1)
         if arr.size and (arr.min() < 0 or arr.max() >= size):
             bad = arr[(arr < 0) | (arr >= size)][0]
             raise IndexOutOfRangeError(f"index {bad} is outside [0, {size}) (the store holds {size} transitions)")

@@ -19,6 +19,7 @@ from .convert import convert_store
 from .description import FORMAT_VERSION, MAX_SLOTS
 from .errors import InvalidArgumentError, RecoveryWarning, StoreClosedError
 from .prefetch import Prefetcher
+from .layout import check_path
 from .reader import Reader
 from .schema import check_count, check_row_sizes, normalize_fields
 from .session import Session
@@ -46,11 +47,12 @@ class DiskReplay:
         bool, int64 and float32). ``flush_every`` flushes automatically every that many
         adds (default: only when the undo reserve requires it, on ``flush()`` and ``close()``).
         """
+        path = check_path(path, "path")
         max_size = check_count("max_size", max_size)
         if max_size > MAX_SLOTS:
             raise InvalidArgumentError(f"max_size must be at most {MAX_SLOTS}, got {max_size}")
         num_envs = check_count("num_envs", num_envs)
-        batch_size = check_count("batch_size", batch_size)
+        batch_size = _check_batch_size(batch_size)
         if num_envs > max_size:
             raise InvalidArgumentError(f"num_envs ({num_envs}) must not exceed max_size ({max_size})")
         if flush_every is not None:
@@ -62,7 +64,6 @@ class DiskReplay:
         specs = normalize_fields(fields) if fields is not None else None
         if specs is not None:
             check_row_sizes(specs)
-        path = os.fspath(path)
         return cls(Writer.create(path, max_size=max_size, num_envs=num_envs, backend=backend,
                                  batch_size=batch_size, use_cer=bool(use_cer), entropy=ring.new_entropy(seed),
                                  specs=specs, overwrite=overwrite, flush_every=flush_every))
@@ -74,7 +75,7 @@ class DiskReplay:
         last writer did not close it is recovered, with a ``RecoveryWarning`` saying how."""
         if mode not in ("r", "r+"):
             raise InvalidArgumentError(f"mode must be 'r' or 'r+', got {mode!r}")
-        buf = cls((Writer if mode == "r+" else Reader)(os.fspath(path)))
+        buf = cls((Writer if mode == "r+" else Reader)(check_path(path, "path")))
         if buf.recovery_note is not None:
             warnings.warn(buf.recovery_note, RecoveryWarning, stacklevel=2)
         return buf
@@ -205,7 +206,7 @@ class DiskReplay:
         ``states, actions, rewards, next_states, dones`` (and extras), in the order of
         ``self.batch_idxs``. With ``use_cer`` the last index is the newest transition."""
         self._check_open()
-        batch_size = self.batch_size if batch_size is None else check_count("batch_size", batch_size)
+        batch_size = self.batch_size if batch_size is None else _check_batch_size(batch_size)
         self.batch_idxs, batch = self._session.sample(batch_size, self.use_cer)
         return batch
 
@@ -268,6 +269,13 @@ class DiskReplay:
         ``progress(done_rows, total_rows)`` is called after each block."""
         convert_store(src, dst, backend=backend, progress=progress, overwrite=overwrite,
                       block_rows=block_rows)
+
+
+def _check_batch_size(batch_size) -> int:
+    batch_size = check_count("batch_size", batch_size)
+    if batch_size > MAX_SLOTS:
+        raise InvalidArgumentError(f"batch_size must be at most {MAX_SLOTS}, got {batch_size}")
+    return batch_size
 
 
 __all__ = ["DiskReplay", "FORMAT_VERSION"]

@@ -31,7 +31,7 @@ from .backends import BACKENDS, get_backend
 from .checkpoint import CHECKPOINT_FILE, CheckpointFile, CheckpointLayout
 from .counters import COMMIT_RETRIES, COUNTERS_FILE, Counters
 from .description import DESCRIPTION_FILE, read_description
-from .errors import DiskReplayError
+from .errors import DiskReplayError, StoreLockedError
 from .layout import CREATING_MARKER, NS_FILE, check_is_store
 from .npyfile import read_npy_header
 from .rowsums import ROWSUMS_FILE, row_sum
@@ -48,6 +48,7 @@ class VerifyReport:
     problems: list[str] = field(default_factory=list)
     checked: dict = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    locked: str | None = None  # another program holds a file locked: not checked, not damaged
 
     def problem(self, text: str) -> None:
         self.ok = False
@@ -58,11 +59,14 @@ class VerifyReport:
 
     def summary(self) -> str:
         c = self.checked
-        lines = [f"{self.path}: {'OK' if self.ok else 'DAMAGED'}"]
+        status = "OK" if self.ok else "LOCKED" if self.locked and not self.problems else "DAMAGED"
+        lines = [f"{self.path}: {status}"]
         parts = [f"{c.get(k, 0)} {label}" for k, label in (
             ("files", "files"), ("fields", "fields"), ("rows", "rows"),
             ("rows_crc_checked", "row CRCs"), ("checkpoint_slots_valid", "valid checkpoint slots"))]
         lines.append("checked: " + ", ".join(parts))
+        if self.locked:
+            lines.append(f"locked: {self.locked}")
         lines += [f"problem: {p}" for p in self.problems]
         lines += [f"note: {n}" for n in self.notes]
         return "\n".join(lines)
@@ -174,6 +178,10 @@ def _data_starts(directory: str, desc: dict, report: VerifyReport) -> dict:
         path = os.path.join(directory, backend.data_files(fields)[0])
         try:
             offsets = backend.dataset_offsets(directory, fields, max_size)
+        except StoreLockedError as exc:
+            report.ok = False
+            report.locked = str(exc)
+            return starts
         except DiskReplayError as exc:
             report.problem(str(exc))
             return starts

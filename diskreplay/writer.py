@@ -101,6 +101,7 @@ class Writer(Session):
                     "(or a read-only filesystem); open it with mode='r' to read it")
             self.lock = WriterLock(self.directory)
         self.counters = Counters(self.directory, True)
+        self.views = {}  # views the fast adds hold (made read-only with the arrays at close)
         if self.fields is not None:
             self._map_data()
         result = recover_for_writer(self.path, self.counters, self.data, self.fields, self.num_envs,
@@ -417,7 +418,8 @@ class Writer(Session):
         self.live = False  # held references to the fast add must not store into the files
         # An add interrupted by a signal handler that closed the store resumes after the
         # handler returns: read-only views make its remaining stores raise, not write.
-        for arr in list(getattr(self, "arrays", [])) + [getattr(self.data, "ns", None), getattr(self, "words", None)]:
+        held = list(getattr(self, "arrays", [])) + list(getattr(self, "views", {}).values())
+        for arr in held + [getattr(self.data, "ns", None), getattr(self, "words", None)]:
             if arr is not None:
                 arr.flags.writeable = False
         self.arrays = []

@@ -7,11 +7,12 @@ a killed writer cannot leave the file unreadable to HDF5 tools.
 """
 from __future__ import annotations
 
+import errno
 import os
 
 import numpy as np
 
-from ..errors import CorruptStoreError
+from ..errors import CorruptStoreError, StoreLockedError
 from ..fsutil import io_error, preallocate_file
 from ..mapped import MappedFile
 from .base import Backend, RowStorage
@@ -55,6 +56,10 @@ class HDF5Backend(Backend):
         try:
             f = h5py.File(path, "r")
         except OSError as exc:
+            if exc.errno in (errno.EAGAIN, errno.EWOULDBLOCK) or "unable to lock file" in str(exc):
+                raise StoreLockedError(
+                    errno.EAGAIN, f"{path} is held open by another HDF5 program (HDF5's own file lock); "
+                    "close it there (or set HDF5_USE_FILE_LOCKING=FALSE in that program) and try again") from None
             raise CorruptStoreError(f"{path} is not a readable HDF5 file ({exc})") from exc
         offsets = {}
         try:
