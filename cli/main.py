@@ -18,11 +18,27 @@ from diskreplay.stats import compute_stats
 from diskreplay.verify import verify_store
 from diskreplay.views import batch_keys, read_rows, sample_batch, store_info
 
-from .output import (check_output, echo_json, echo_lines, fmt_number, kv_lines, parse_fields, parse_indices,
-                     progress, rows_table, table)
-from .plot import load_pyplot, plot_store
+from .output import (check_output, echo_json, echo_lines, fmt_numbers, kv_lines, parse_fields, parse_indices,
+                     positions, progress, rows_table, table)
+from .plot import load_pyplot, plot_format, plot_store
 
 SHOW_DEFAULT = 10
+
+
+def range_options(func):
+    """``--last N`` or ``--start``/``--stop``: the chronological positions a command reads."""
+    func = click.option("--stop", type=int, help="Position after the last one read (default: size).")(func)
+    func = click.option("--start", type=int,
+                        help="First chronological position (0 = oldest; negative counts from the newest).")(func)
+    return click.option("--last", type=click.IntRange(min=0), metavar="N",
+                        help="Only the newest N transitions.")(func)
+
+
+def note_overtaken(skipped: int) -> None:
+    """Tell stderr how many requested rows the live writer overwrote before they were read."""
+    if skipped:
+        click.echo(f"note: the live writer overwrote {skipped} of the requested transitions before they "
+                   "were read; they are left out", err=True)
 
 
 def handle_errors(func):
@@ -128,42 +144,61 @@ def show(path, more, head, tail, index, fields, as_json) -> None:
 # ---------------------------------------------------------------- stats
 @main.command()
 @click.argument("path", type=click.Path())
+@range_options
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of tables.")
 @handle_errors
-def stats(path: str, as_json: bool) -> None:
+def stats(path: str, last, start, stop, as_json: bool) -> None:
     """Per-field statistics and episode returns of the store at PATH.
 
-    min, max, mean and std are over all elements of each field, read in row blocks
-    (bounded memory). Episodes are reconstructed per env from the env-major order
-    and dones; returns are over complete episodes (whose start is still in the
-    store), so an episode cut by the ring's wrap is not counted.
+    min, max, mean and std are over the finite elements of each field, read in row
+    blocks (bounded memory); the nonfinite column counts NaN and infinite elements.
+    Episodes are reconstructed per env from the env-major order and dones; returns
+    are over complete episodes (whose start is among the rows read), so an episode
+    cut by the ring's wrap, by --last/--start or by a live writer overtaking the read
+    is not counted. Rows a live writer overwrote before they were read are left out
+    and counted on stderr.
 
-    Example: diskreplay stats runs/pong.replay --json
+    Examples: diskreplay stats runs/pong.replay --json;
+    diskreplay stats runs/pong.replay --last 100000
     """
+    start, stop = positions(last, start, stop)
     with open_reader(path) as buf, progress("reading") as update:
-        data = compute_stats(buf, progress=update)
-    if data["skipped_overwritten"]:
-        click.echo(f"note: the live writer overwrote the {data['skipped_overwritten']} oldest "
-                   "transitions before they were read; they are left out", err=True)
+        data = compute_stats(buf, progress=update, start=start, stop=stop)
+    note_overtaken(data["skipped_overwritten"])
     if as_json:
         echo_json(data)
         return
-    click.echo(f"{data['size']} transitions (seen_size {data['seen_size']})")
-    rows = [[name] + [fmt_number(s[k]) if s[k] is not None else "-" for k in ("min", "max", "mean", "std")]
-            for name, s in data["fields"].items()]
-    echo_lines(table(["field", "min", "max", "mean", "std"], rows, right={1, 2, 3, 4}))
+    click.echo(f"{data['size']} transitions (positions {data['start']}..{data['stop']} of a store with "
+               f"seen_size {data['seen_size']})" if (data["start"], data["stop"]) != (0, data["size"]) else
+               f"{data['size']} transitions (seen_size {data['seen_size']})")
+    rows = [[name] + fmt_numbers([s[k] for k in ("min", "max", "mean")]) + fmt_numbers([s["std"]])
+            + [str(s["nonfinite"])] for name, s in data["fields"].items()]
+    echo_lines(table(["field", "min", "max", "mean", "std", "nonfinite"], rows, right={1, 2, 3, 4, 5}))
+    for name, s in data["fields"].items():
+        if s["nonfinite"]:
+            click.echo(f"warning: {name} holds {s['nonfinite']} NaN or infinite values, left out of its "
+                       "min, max, mean and std", err=True)
     ep = data["episodes"]
     click.echo("")
     click.echo(f"dones: {data['dones']}")
     env_rows = [[str(e), str(d), str(c)] for e, (d, c) in
                 enumerate(zip(ep["dones_per_env"], ep["complete_episodes_per_env"]))]
     echo_lines(table(["env", "episodes", "complete"], env_rows, right={0, 1, 2}))
-    if ep["complete_episodes"]:
-        click.echo(f"returns over {ep['complete_episodes']} complete episodes: mean "
-                   f"{fmt_number(ep['return_mean'])}, min {fmt_number(ep['return_min'])}, "
-                   f"max {fmt_number(ep['return_max'])}")
-    else:
-        click.echo("returns: no complete episodes")
+    click.echo(returns_line(ep))
+
+
+def returns_line(ep: dict) -> str:
+    """The returns summary; episodes with a NaN or infinite return are counted, not averaged."""
+    if not ep["complete_episodes"]:
+        return "returns: no complete episodes"
+    bad = ep["nonfinite_returns"]
+    head = (f"returns over {ep['complete_episodes']} complete episodes" if not bad else
+            f"returns over the {ep['finite_returns']} of {ep['complete_episodes']} complete episodes with a "
+            f"finite return ({bad} NaN or infinite)")
+    if not ep["finite_returns"]:
+        return head + ": none to summarize"
+    mean, lo, hi = fmt_numbers([ep["return_mean"], ep["return_min"], ep["return_max"]])
+    return f"{head}: mean {mean}, min {lo}, max {hi}"
 
 
 # ---------------------------------------------------------------- sample
@@ -241,9 +276,7 @@ def export(path, out, fmt, start, stop, overwrite) -> None:
     check_output(out, overwrite)
     with open_reader(path) as buf, progress("exporting") as update:
         result = export_store(buf, out, fmt=fmt, start=start, stop=stop, progress=update)
-    if result["skipped_overwritten"]:
-        click.echo(f"note: the live writer overwrote the {result['skipped_overwritten']} oldest "
-                   "requested transitions before they were read; they are left out", err=True)
+    note_overtaken(result["skipped_overwritten"])
     click.echo(f"exported {result['rows']} transitions to {out} ({result['format']})")
 
 
@@ -251,21 +284,28 @@ def export(path, out, fmt, start, stop, overwrite) -> None:
 @main.command()
 @click.argument("path", type=click.Path())
 @click.argument("out", type=click.Path(dir_okay=False), metavar="OUT.png")
+@range_options
 @handle_errors
-def plot(path, out) -> None:
-    """Plot episode returns over time and per-field histograms of PATH to OUT.png.
+def plot(path, out, last, start, stop) -> None:
+    """Plot episode returns over time and per-field histograms of PATH to OUT.
 
-    Needs matplotlib: pip install 'diskreplay[plot]'.
+    The format comes from OUT's suffix (.png, .pdf, .svg, ...). Returns are drawn as
+    points with their rolling mean across all envs and a band of one standard
+    deviation; integer fields get histogram bins of whole values. Needs matplotlib:
+    pip install 'diskreplay[plot]'.
 
-    Example: diskreplay plot runs/pong.replay pong.png
+    Example: diskreplay plot runs/pong.replay pong.png --last 100000
     """
     out = check_output_path(out)
     try:
         plt = load_pyplot()
     except ImportError as exc:
         raise click.ClickException(str(exc)) from None
+    fmt = plot_format(out, plt)
+    start, stop = positions(last, start, stop)
     with open_reader(path) as buf:
-        result = plot_store(buf, out, plt)
+        result = plot_store(buf, out, plt, fmt=fmt, start=start, stop=stop)
+    note_overtaken(result["skipped_overwritten"])
     click.echo(f"wrote {out}: {result['episodes']} episode returns, "
                f"histograms of {', '.join(result['histograms']) or 'no fields'}")
 

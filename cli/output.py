@@ -15,6 +15,15 @@ import numpy as np
 
 
 # ---------------------------------------------------------------- arguments
+def positions(last: int | None, start: int | None, stop: int | None) -> tuple[int | None, int | None]:
+    """``(start, stop)`` chronological positions from ``--last N`` or ``--start``/``--stop``."""
+    if last is not None:
+        if start is not None or stop is not None:
+            raise click.UsageError("give --last, or --start/--stop, not both")
+        return (-last if last else 0), (None if last else 0)
+    return start, stop
+
+
 def parse_indices(values) -> list[int]:
     """Slot indices from ``--index`` values, each one index or a comma-separated list."""
     out = []
@@ -74,7 +83,8 @@ def echo_json(data) -> None:
 
 
 # ---------------------------------------------------------------- text
-def fmt_number(x) -> str:
+def fmt_number(x, digits: int = 6) -> str:
+    """A number for a table: integers in full, floats with ``digits`` significant digits."""
     if isinstance(x, (bool, np.bool_)):
         return "True" if x else "False"
     if isinstance(x, (int, np.integer)):
@@ -82,7 +92,20 @@ def fmt_number(x) -> str:
     x = float(x)
     if math.isfinite(x) and x == int(x) and abs(x) < 1e15:
         return f"{int(x)}" if abs(x) >= 1e6 else f"{x:g}"
-    return f"{x:.6g}"
+    return f"{x:.{digits}g}"
+
+
+def fmt_numbers(values, digits: int = 6) -> list[str]:
+    """Numbers formatted with the fewest significant digits (at least ``digits``, at most
+    17) that keep different values apart: 123456 and 123457 never both print as 123456.
+    None prints as ``-``."""
+    present = [v for v in values if v is not None]
+    floats = [float(v) for v in present if not isinstance(v, (bool, np.bool_, int, np.integer))]
+    for prec in range(digits, 18):
+        texts = {x: fmt_number(x, prec) for x in floats}
+        if len(set(texts.values())) == len(set(floats)):
+            break
+    return [("-" if v is None else fmt_number(v, prec)) for v in values]
 
 
 def fmt_value(value, small: int = 4) -> str:

@@ -38,7 +38,11 @@ class RunningStats:
         self.is_float = False
 
     def update(self, block) -> None:
-        x = np.asarray(block)
+        with np.errstate(all="ignore"):  # overflow of huge values shows as inf, never as a warning
+            self.merge(np.asarray(block))
+
+    def merge(self, x: np.ndarray) -> None:
+        """Fold the elements of ``x`` in (what ``update`` does, without its error state)."""
         if x.size == 0:
             return
         if x.dtype.kind == "f":
@@ -62,14 +66,14 @@ class RunningStats:
         self.max = max(self.max, float(x.max()))
 
     def as_dict(self) -> dict:
-        """``count, min, max, mean, std`` (None while empty), plus ``nonfinite`` for float data."""
+        """``count, min, max, mean, std`` of the finite elements (None while there are none) and
+        ``nonfinite``, the NaN and infinite elements left out (always 0 for integer data)."""
         if self.count == 0:
             out = {"count": 0, "min": None, "max": None, "mean": None, "std": None}
         else:
             out = {"count": self.count, "min": self.min, "max": self.max, "mean": self.mean,
                    "std": math.sqrt(self.m2 / self.count)}
-        if self.is_float:
-            out["nonfinite"] = self.nonfinite
+        out["nonfinite"] = self.nonfinite
         return out
 
 
@@ -78,7 +82,8 @@ class Episodes:
 
     An episode is complete when its first transition is in the range read: it follows
     a done of the same env there, or the range starts at the env's very first transition
-    (``starts_complete``).
+    (``starts_complete``). Transitions must come in order; where their numbers jump (rows a
+    live writer overtook were skipped), every episode in progress becomes incomplete.
     """
 
     def __init__(self, num_envs: int, starts_complete: bool):
@@ -87,9 +92,17 @@ class Episodes:
         self.started = np.full(num_envs, starts_complete)
         self.dones = np.zeros(num_envs, np.int64)
         self.returns: list[tuple[int, int, float]] = []  # (end transition, env, return)
+        self.next_transition: int | None = None
 
     def update(self, transitions: np.ndarray, envs: np.ndarray, rewards, dones) -> None:
-        rewards = np.asarray(rewards, np.float64).reshape(len(transitions), -1).sum(axis=1)
+        if len(transitions) == 0:
+            return
+        if self.next_transition is not None and int(transitions[0]) != self.next_transition:
+            self.started[:] = False
+            self.running[:] = 0.0
+        self.next_transition = int(transitions[-1]) + 1
+        with np.errstate(all="ignore"):
+            rewards = np.asarray(rewards, np.float64).reshape(len(transitions), -1).sum(axis=1)
         dones = np.asarray(dones).reshape(len(transitions), -1).any(axis=1)
         for t, env, r, d in zip(transitions.tolist(), envs.tolist(), rewards.tolist(), dones.tolist()):
             self.running[env] += r
@@ -101,30 +114,36 @@ class Episodes:
                 self.running[env] = 0.0
 
     def as_dict(self) -> dict:
-        rets = [r for _, _, r in self.returns]
+        """Counts of dones and complete episodes (per env too) and ``return_mean, return_min,
+        return_max`` over the complete episodes whose return is finite (None when none is);
+        ``nonfinite_returns`` counts the complete episodes whose return is NaN or infinite."""
+        rets = [r for _, _, r in self.returns if math.isfinite(r)]
         per_env = [sum(1 for _, e, _ in self.returns if e == env) for env in range(self.num_envs)]
         return {
             "dones_per_env": self.dones.tolist(),
-            "complete_episodes": len(rets),
+            "complete_episodes": len(self.returns),
             "complete_episodes_per_env": per_env,
-            "return_mean": float(np.mean(rets)) if rets else None,
-            "return_min": float(np.min(rets)) if rets else None,
-            "return_max": float(np.max(rets)) if rets else None,
+            "finite_returns": len(rets),
+            "nonfinite_returns": len(self.returns) - len(rets),
+            "return_mean": math.fsum(rets) / len(rets) if rets else None,
+            "return_min": min(rets) if rets else None,
+            "return_max": max(rets) if rets else None,
         }
 
 
 def compute_stats(buf: DiskReplay, progress: Callable[[int, int], None] | None = None, *,
-                  keep_returns: bool = False) -> dict:
-    """Per-field statistics and episode returns over the whole store, in one pass.
+                  keep_returns: bool = False, start: int | None = None, stop: int | None = None) -> dict:
+    """Per-field statistics and episode returns over the chronological positions
+    ``[start, stop)`` (default: the whole store; as Python slices), in one pass.
 
     Returns ``{"path", "size", "seen_size", "skipped_overwritten", "fields": {name:
     RunningStats.as_dict()}, "dones", "episodes": Episodes.as_dict()}``; with
     ``keep_returns``, ``episodes`` also has ``"returns"``: ``(end transition, env, return)``
     of every complete episode, oldest first. Rows a live writer overwrote before they were
-    read are left out (``skipped_overwritten``). ``progress(done_rows, total_rows)`` is
-    called after each block.
+    read are left out (``skipped_overwritten``), and an episode they cut is not complete.
+    ``progress(done_rows, total_rows)`` is called after each block.
     """
-    reader = ChronoReader(buf, rows=block_rows(buf, 8), progress=progress)
+    reader = ChronoReader(buf, start, stop, rows=block_rows(buf, 8), progress=progress)
     stats = {name: RunningStats() for name in buf.fields}
     episodes = Episodes(buf.num_envs, starts_complete=False)
     done_count = 0
@@ -132,8 +151,8 @@ def compute_stats(buf: DiskReplay, progress: Callable[[int, int], None] | None =
     for block in reader:
         snap = reader.snap
         if first:
-            # Nothing evicted: every env's first transition is in the ring (a reset is ignored).
-            episodes.started[:] = snap.seen == snap.size and not reader.skipped
+            # Every env's first transition is read (none evicted, no reset, none skipped).
+            episodes.started[:] = int(block.transitions[0]) == 1
             first = False
         batch = block.batch
         for name, s in stats.items():
@@ -143,7 +162,9 @@ def compute_stats(buf: DiskReplay, progress: Callable[[int, int], None] | None =
             episodes.update(block.transitions, snap.env(block.positions), batch["rewards"], batch["dones"])
     out = {
         "path": os.path.abspath(buf.path),
-        "size": reader.snap.size - reader.skipped,
+        "size": reader.stop - reader.start - reader.skipped,
+        "start": reader.start,
+        "stop": reader.stop,
         "seen_size": reader.snap.seen,
         "skipped_overwritten": reader.skipped,
         "fields": {name: s.as_dict() for name, s in stats.items()},
@@ -155,22 +176,41 @@ def compute_stats(buf: DiskReplay, progress: Callable[[int, int], None] | None =
     return out
 
 
-def histograms(buf: DiskReplay, ranges: dict, bins: int = BINS) -> dict:
-    """``{field: (counts, edges)}`` over all finite elements, ``bins`` equal bins over each
-    field's ``(lo, hi)`` in ``ranges`` (e.g. ``min`` and ``max`` of :func:`compute_stats`);
-    fields whose ``lo`` is None are left out."""
+def histograms(buf: DiskReplay, ranges: dict, bins: int = BINS, *, start: int | None = None,
+               stop: int | None = None) -> dict:
+    """``{field: (counts, edges)}`` over all finite elements of the positions ``[start, stop)``
+    in ``ranges``' fields, from each field's ``(lo, hi)`` (e.g. ``min`` and ``max`` of
+    :func:`compute_stats`); fields whose ``lo`` is None are left out.
+
+    Float fields get ``bins`` equal bins; integer and bool fields get bins of a whole
+    number of values centred on the integers (one bin per value when the range has at most
+    ``bins`` values), so no bin catches one more value than its neighbour."""
+    fields = buf.fields or {}
     hists = {}
     for name, (lo, hi) in ranges.items():
         if lo is None:
             continue
-        if lo == hi:
-            lo, hi = lo - 0.5, hi + 0.5
-        hists[name] = (np.zeros(bins, np.int64), np.linspace(lo, hi, bins + 1))
-    for block in ChronoReader(buf, rows=block_rows(buf, 8)):
-        for name, (counts, edges) in hists.items():
-            x = np.asarray(block.batch[name], np.float64).reshape(-1)
-            counts += np.histogram(x[np.isfinite(x)], bins=edges)[0]
+        hists[name] = (None, bin_edges(lo, hi, np.dtype(fields[name][1]).kind in "iub", bins))
+    hists = {name: (np.zeros(len(edges) - 1, np.int64), edges) for name, (_, edges) in hists.items()}
+    with np.errstate(all="ignore"):
+        for block in ChronoReader(buf, start, stop, rows=block_rows(buf, 8)):
+            for name, (counts, edges) in hists.items():
+                x = np.asarray(block.batch[name], np.float64).reshape(-1)
+                counts += np.histogram(x[np.isfinite(x)], bins=edges)[0]
     return hists
 
 
-__all__ = ["Episodes", "RunningStats", "compute_stats", "histograms"]
+def bin_edges(lo: float, hi: float, integer: bool, bins: int = BINS) -> np.ndarray:
+    """Edges of histogram bins over ``[lo, hi]``: ``bins`` equal ones, or for integer data
+    bins ``width`` whole values wide with edges at half-integers."""
+    if not integer:
+        if lo == hi:
+            lo, hi = lo - 0.5, hi + 0.5
+        return np.linspace(lo, hi, bins + 1)
+    lo, hi = math.floor(lo), math.ceil(hi)
+    width = max(1, math.ceil((hi - lo + 1) / bins))
+    n = math.ceil((hi - lo + 1) / width)
+    return lo - 0.5 + width * np.arange(n + 1, dtype=np.float64)
+
+
+__all__ = ["Episodes", "RunningStats", "bin_edges", "compute_stats", "histograms"]

@@ -63,16 +63,14 @@ class Snapshot:
         return self.seen - self.size - (self.head + 1 - self.size) % self.max_size
 
     def bounds(self, start: int | None = None, stop: int | None = None) -> tuple[int, int]:
-        """Chronological ``[start, stop)`` as non-negative positions; negative values count
-        from the newest, as in Python slices. Out of range: :class:`InvalidArgumentError`."""
-        size = self.size
-        lo = 0 if start is None else (start + size if start < 0 else start)
-        hi = size if stop is None else (stop + size if stop < 0 else stop)
-        if not 0 <= lo <= size:
-            raise InvalidArgumentError(f"start {start} is outside the store's {size} transitions")
-        if not lo <= hi <= size:
-            raise InvalidArgumentError(f"stop {stop} must lie in [{lo}, {size}]")
-        return lo, hi
+        """Chronological ``[start, stop)`` as non-negative positions, exactly as a Python slice
+        of the ``size`` transitions takes them: negative values count from the newest, values
+        beyond either end are clamped to it, and ``stop < start`` selects nothing."""
+        for name, value in (("start", start), ("stop", stop)):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, np.integer))):
+                raise InvalidArgumentError(f"{name} must be an integer position or None, got {value!r}")
+        lo, hi, _ = slice(start, stop).indices(self.size)
+        return lo, max(lo, hi)
 
     def slots(self, start: int, stop: int) -> np.ndarray:
         """Slots of the positions ``[start, stop)``."""
@@ -113,21 +111,24 @@ class ChronoReader:
     ``snap`` defaults to a fresh :func:`snapshot`, ``rows`` (per block) to :func:`block_rows`.
     When the live writer overwrote rows before we read them and nothing has been yielded
     yet, the read starts over from a fresh snapshot (``self.snap``; the same positions,
-    counted from the oldest transition then), up to ``restarts`` times; after that the
-    overwritten rows are dropped (``skipped`` counts them). Once rows were yielded, an
-    overwritten row raises :class:`OvertakenError`. ``progress(done, total)`` is called
-    after each block with positions read (or skipped) so far.
+    counted from the oldest transition then), up to ``restarts`` times; after that, and
+    whenever rows were already yielded, the overwritten rows are dropped (``skipped``
+    counts them; they are always the oldest of a block, so the blocks' ``transitions``
+    then jump over them). With ``strict=True`` an overwritten row after the first block
+    raises :class:`OvertakenError` instead. ``progress(done, total)`` is called after
+    each block with positions read (or skipped) so far.
     """
 
     def __init__(self, buf: DiskReplay, start: int | None = None, stop: int | None = None, *,
                  snap: Snapshot | None = None, rows: int | None = None, restarts: int = 20,
-                 progress: Callable[[int, int], None] | None = None):
+                 progress: Callable[[int, int], None] | None = None, strict: bool = False):
         self.buf = buf
         self.snap = snapshot(buf) if snap is None else snap
         self.start, self.stop = self.snap.bounds(start, stop)
         self.rows = max(1, block_rows(buf) if rows is None else rows)
         self.restarts = restarts
         self.progress = progress
+        self.strict = strict
         self.skipped = 0
 
     def __iter__(self) -> Iterator[Block]:
@@ -145,10 +146,10 @@ class ChronoReader:
             now = ring.transition_of_slots(slots, buf.seen_size, snap.base, snap.max_size)
             fresh = now == transitions
             if not fresh.all():
-                if emitted:
+                if emitted and self.strict:
                     raise OvertakenError(f"the live writer overwrote transition {int(transitions[~fresh][0])} "
                                          f"before it was read; {_TOO_FAST}")
-                if self.restarts > 0:
+                if not emitted and self.restarts > 0:
                     self.restarts -= 1
                     self.snap = snapshot(buf)
                     continue
@@ -156,6 +157,8 @@ class ChronoReader:
                 n_stale = int((~fresh).sum())
                 self.skipped += n_stale
                 pos += n_stale
+                if self.progress is not None:
+                    self.progress(pos - self.start, self.stop - self.start)
                 continue
             emitted = True
             yield Block(positions, slots, transitions, batch)

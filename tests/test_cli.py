@@ -185,7 +185,41 @@ def test_stats(store, run):
     assert r.code == 0
     assert_fits(r.out)
     assert "returns over 2 complete episodes: mean 13.5, min 13, max 14" in r.out
-    assert r.out.splitlines()[2].split() == ["states", "7", "16", "11.5", "2.87228"]
+    assert r.out.splitlines()[1].split() == ["field", "min", "max", "mean", "std", "nonfinite"]
+    assert r.out.splitlines()[2].split() == ["states", "7", "16", "11.5", "2.87228", "0"]
+
+
+def test_stats_of_the_newest_rows(store, run):
+    d = run("stats", store, "--last", 4, "--json").json()
+    assert (d["size"], d["start"], d["stop"]) == (4, 6, 10)
+    assert d["fields"]["actions"]["min"] == 13 and d["fields"]["actions"]["max"] == 16
+    assert run("stats", store, "--start", -4, "--json").json() == d
+    big = run("stats", store, "--last", 1000, "--json").json()  # as a slice: clamped to the store
+    assert big["size"] == 10 and big["start"] == 0
+    d = run("stats", store, "--start", 2, "--stop", 5, "--json").json()
+    assert d["fields"]["actions"]["min"] == 9 and d["size"] == 3
+    r = run("stats", store, "--last", 2, "--start", 1)
+    assert r.code == 2 and "--last" in r.err
+    r = run("stats", store, "--last", -1)
+    assert r.code == 2
+
+
+def test_stats_shouts_about_nonfinite_values(tmp_path, run):
+    path = tmp_path / "nan.replay"
+    with DiskReplay.create(path, 20, seed=0, fields=FIELDS) as buf:
+        # episodes: [1, nan] [2, 3] [4] [inf, 5]; values that differ in the 7th digit.
+        for t, (r, d) in enumerate(zip([1, np.nan, 2, 3, 4, np.inf, 5], [0, 1, 0, 1, 1, 0, 1])):
+            buf.add(np.zeros(3, np.float32), 123456 + (t % 2), np.float32(r), np.zeros(3, np.float32), bool(d),
+                    log_probs=np.float32(0))
+    r = run("stats", path)
+    assert r.code == 0, r
+    lines = r.out.splitlines()
+    row = {line.split()[0]: line.split() for line in lines[2:7]}
+    assert row["rewards"] == ["rewards", "1", "5", "3", "1.41421", "2"]
+    assert row["actions"][1:4] == ["123456", "123457", "123456.4"]  # mean told apart from min
+    assert "warning: rewards holds 2 NaN or infinite values" in r.err and "Warning" not in r.err
+    assert ("returns over the 2 of 4 complete episodes with a finite return (2 NaN or infinite): "
+            "mean 4.5, min 4, max 5") in r.out
 
 
 def test_stats_counts_first_episodes_when_nothing_was_evicted(tmp_path, run):
@@ -306,8 +340,11 @@ def test_export(store, run, tmp_path):
     r = run("export", store, out)
     assert r.code == 1 and "--overwrite" in r.err
     assert run("export", store, out, "--overwrite", "--format", "hdf5").code == 0
-    r = run("export", store, tmp_path / "x.npz", "--start", 11)
+    r = run("export", store, tmp_path / "x.npz", "--start", "1.5")
     assert r.code == 2 and "Error" in r.err
+    # Positions work as Python slices: the README's --start -1000 on a 10-row store is all of it.
+    r = run("export", store, tmp_path / "all.h5", "--start", -1000)
+    assert r.code == 0 and "exported 10 transitions" in r.out
 
 
 # ---------------------------------------------------------------- plot
@@ -317,6 +354,12 @@ def test_plot(store, run, tmp_path):
     assert r.code == 0, r
     assert "2 episode returns" in r.out
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    pdf = tmp_path / "p.pdf"
+    r = run("plot", store, pdf, "--last", 6)
+    assert r.code == 0, r
+    assert pdf.read_bytes()[:5] == b"%PDF-" and "1 episode returns" in r.out  # 13 to 15 of env 0
+    r = run("plot", store, tmp_path / "p.nope")
+    assert r.code == 2 and ".png" in r.err and not (tmp_path / "p.nope").exists()
 
 
 def test_plot_without_matplotlib(memmap_store, tmp_path, monkeypatch):
@@ -420,6 +463,17 @@ def test_info_and_show_beside_a_live_writer(tmp_path, run, backend):
         # Rows the writer overwrote before they were read are left out, never mixed in.
         assert rewards["count"] == d["size"] == 50 - d["skipped_overwritten"]
         assert rewards["mean"] in (1.0, None)
+        assert run("stats", path, "--last", 20).code == 0
+        out = path.parent / "live.h5"
+        r = run("export", path, out, "--overwrite")
+        assert r.code == 0, r
+        import h5py
+
+        with h5py.File(out, "r") as f:  # rows the writer overtook are left out, never mixed in
+            actions = f["actions"][:]
+            assert (f["states"][:, 0] == actions).all() and (np.diff(actions) > 0).all()
+            assert (f["next_states"][:, 0] == actions + 1).all()
+        assert run("plot", path, path.parent / "live.png").code == 0
         assert run("verify", path).code == 0
     finally:
         writer.kill()

@@ -94,7 +94,7 @@ def test_a_failed_export_leaves_the_old_file(wrapped, tmp_path):
         for kwargs in ({"progress": interrupt}, {"fmt": "hdf5", "progress": interrupt}):
             with pytest.raises(KeyboardInterrupt):
                 export_store(buf, out, **kwargs)
-        for kwargs in ({"start": 11}, {"stop": -11}, {"fmt": "csv"}):
+        for kwargs in ({"start": 1.5}, {"stop": "5"}, {"fmt": "csv"}):
             with pytest.raises(InvalidArgumentError):
                 export_store(buf, out, **kwargs)
     assert out.read_bytes() == b"old"

@@ -7,11 +7,13 @@ and 3-5 (return 3, transition 11); env 1's is steps 0-3 (return 40, transition 8
 """
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 
 from diskreplay import DiskReplay, EmptyStoreError
-from diskreplay.stats import Episodes, RunningStats, compute_stats, histograms
+from diskreplay.stats import Episodes, RunningStats, bin_edges, compute_stats, histograms
 
 STEPS = 7
 DONE_STEPS = ({2, 5}, {3})
@@ -46,8 +48,11 @@ def test_running_stats_match_numpy():
     assert d["mean"] == pytest.approx(finite.mean()) and d["std"] == pytest.approx(finite.std())
     ints = RunningStats()
     ints.update(np.arange(5))
-    assert ints.as_dict() == {"count": 5, "min": 0.0, "max": 4.0, "mean": 2.0, "std": pytest.approx(2 ** 0.5)}
-    assert RunningStats().as_dict() == {"count": 0, "min": None, "max": None, "mean": None, "std": None}
+    assert ints.as_dict() == {"count": 5, "min": 0.0, "max": 4.0, "mean": 2.0, "std": pytest.approx(2 ** 0.5),
+                              "nonfinite": 0}
+    # The same keys whatever the data: nothing finite yet, or nothing at all.
+    assert RunningStats().as_dict() == {"count": 0, "min": None, "max": None, "mean": None, "std": None,
+                                        "nonfinite": 0}
 
 
 def test_episodes_follow_each_env():
@@ -110,7 +115,52 @@ def test_histograms(tmp_path, backend):
         ranges = {name: (s["min"], s["max"]) for name, s in stats["fields"].items()}
         hists = histograms(buf, dict(ranges, rewards=(1.0, 1.0)), bins=4)
         assert histograms(buf, {"actions": (None, None)}) == {}  # a field without finite values
-    counts, edges = hists["actions"]
-    assert counts.sum() == 14 and edges[0] == 1 and edges[-1] == 14
+    counts, edges = hists["actions"]  # int64 1..14 in 4 bins: 4 whole values each, centred on integers
+    assert edges.tolist() == [0.5, 4.5, 8.5, 12.5, 16.5] and counts.tolist() == [4, 4, 4, 2]
+    counts, edges = hists["dones"]  # bool: one bin per value
+    assert edges.tolist() == [-0.5, 0.5, 1.5] and counts.tolist() == [11, 3]
     counts, edges = hists["rewards"]  # an empty range is widened to one unit
     assert edges[0] == 0.5 and edges[-1] == 1.5 and counts.sum() == 7
+
+
+def test_integer_bins_never_alias():
+    # uint8 0..255 in 50 float bins would give some bins 6 values and others 5.
+    edges = bin_edges(0, 255, integer=True)
+    assert len(edges) - 1 == 43 and np.all(np.diff(edges) == 6) and edges[0] == -0.5
+    counts = np.histogram(np.arange(256), edges)[0]
+    assert counts[:-1].tolist() == [6] * 42 and counts[-1] == 4
+    assert bin_edges(3, 7, integer=True).tolist() == [2.5, 3.5, 4.5, 5.5, 6.5, 7.5]
+    assert bin_edges(0.0, 1.0, integer=False, bins=4).tolist() == [0, 0.25, 0.5, 0.75, 1]
+
+
+def test_returns_over_finite_episodes(tmp_path):
+    with DiskReplay.create(tmp_path / "nan.replay", 20, seed=0, fields=FIELDS) as buf:
+        rewards = [1.0, np.nan, 2.0, 3.0, 4.0, np.inf, 5.0]
+        dones = [False, True, False, True, True, False, True]   # episodes: nan, 5, 4, inf
+        for t, (r, d) in enumerate(zip(rewards, dones)):
+            buf.add(np.zeros(2, np.float32), t, np.float32(r), np.zeros(2, np.float32), d)
+        with np.errstate(all="raise"), warnings.catch_warnings():
+            warnings.simplefilter("error")  # nothing leaks to stderr
+            d = compute_stats(buf)
+    ep = d["episodes"]
+    assert (ep["complete_episodes"], ep["finite_returns"], ep["nonfinite_returns"]) == (4, 2, 2)
+    assert (ep["return_mean"], ep["return_min"], ep["return_max"]) == (4.5, 4.0, 5.0)
+    assert d["fields"]["rewards"]["nonfinite"] == 2 and d["fields"]["rewards"]["max"] == 5.0
+    assert d["fields"]["actions"]["nonfinite"] == 0
+
+
+def test_stats_of_a_range_and_across_a_gap(tmp_path, backend):
+    path = episode_store(tmp_path / "r.replay", backend, max_size=100)
+    with DiskReplay.open(path, mode="r") as buf:
+        d = compute_stats(buf, start=-4)
+        assert (d["size"], d["start"], d["stop"]) == (4, 10, 14)
+        assert d["fields"]["actions"]["min"] == 11 and d["dones"] == 1
+        assert d["episodes"]["complete_episodes"] == 0  # no episode starts inside the last 4
+        d = compute_stats(buf, start=-1000, stop=6)
+        assert (d["size"], d["episodes"]["return_min"]) == (6, 3.0)
+    # Episodes across skipped transitions are not complete.
+    ep = Episodes(1, starts_complete=True)
+    ep.update(np.array([1, 2]), np.array([0, 0]), [1, 1], [False, True])
+    ep.update(np.array([3, 4]), np.array([0, 0]), [1, 1], [False, False])
+    ep.update(np.array([7, 8]), np.array([0, 0]), [1, 1], [False, True])
+    assert ep.returns == [(2, 0, 2.0)]

@@ -65,9 +65,9 @@ def test_snapshot_bounds_work_like_slices():
     assert snap.bounds() == (0, 10)
     assert snap.bounds(-4, -1) == (6, 9)
     assert snap.bounds(3) == (3, 10) and snap.bounds(10, 10) == (10, 10)
-    for start, stop in ((11, None), (-11, None), (5, 3), (None, 11)):
-        with pytest.raises(InvalidArgumentError):
-            snap.bounds(start, stop)
+    # Out of range is clamped, as a slice of a list of 10 would be.
+    assert snap.bounds(11) == (10, 10) and snap.bounds(-11) == (0, 10) and snap.bounds(-1000, -8) == (0, 2)
+    assert snap.bounds(5, 3) == (5, 5) and snap.bounds(None, 11) == (0, 10)
 
 
 def test_snapshot_of_a_store(wrapped):
@@ -137,14 +137,30 @@ def test_chrono_reader_starts_over_when_overtaken_before_yielding(live):
     assert block.positions.tolist() == list(range(3, 10))
 
 
-def test_chrono_reader_raises_once_rows_were_yielded(live):
+def test_chrono_reader_skips_rows_overtaken_after_yielding(live):
     writer, reader = live
-    blocks = iter(ChronoReader(reader, rows=2))
+    chrono = ChronoReader(reader, rows=2)
+    blocks = iter(chrono)
+    assert next(blocks).batch["actions"].tolist() == [14, 15]
+    fill(writer, SEEN + 1, SEEN + 5)  # transitions 14..18 overwritten: 16, 17, 18 were unread
+    rest = list(blocks)
+    assert chrono.skipped == 3
+    ts = np.concatenate([b.transitions for b in rest]).tolist()
+    assert ts == list(range(19, 24))  # the snapshot's positions, never a newer row mixed in
+    for b in rest:
+        assert b.batch["actions"].tolist() == b.transitions.tolist()
+
+
+def test_chrono_reader_strict_raises_once_rows_were_yielded(live):
+    writer, reader = live
+    blocks = iter(ChronoReader(reader, rows=2, strict=True))
     assert next(blocks).batch["actions"].tolist() == [14, 15]
     fill(writer, SEEN + 1, SEEN + MAX_SIZE)
     with pytest.raises(OvertakenError, match="overwrote transition 16") as info:
         next(blocks)
     assert isinstance(info.value, TornReadError) and isinstance(info.value, DiskReplayError)
+    with pytest.raises(InvalidArgumentError, match="start must be an integer"):
+        ChronoReader(reader, 1.5)
 
 
 # ---------------------------------------------------------------- rows, batches, info
