@@ -11,15 +11,15 @@ import sys
 
 import click
 
-from diskreplay import DiskReplay, DiskReplayError, InvalidArgumentError
+from diskreplay import DiskReplay, DiskReplayError, IndexOutOfRangeError, InvalidArgumentError
 from diskreplay.backends import BACKENDS
 from diskreplay.export import check_output_path, export_store
 from diskreplay.stats import compute_stats
 from diskreplay.verify import verify_store
-from diskreplay.views import batch_keys, read_rows, sample_batch, store_info
+from diskreplay.views import batch_keys, read_block, sample_batch, store_info
 
-from .output import (check_output, echo_json, echo_lines, fmt_numbers, kv_lines, parse_fields, parse_indices,
-                     positions, progress, rows_table, table)
+from .output import (check_output, cli_message, echo_json, echo_lines, fmt_numbers, kv_lines, parse_fields, parse_indices,
+                     positions, progress, rows_table, table, terminal_width)
 from .plot import load_pyplot, plot_format, plot_store
 
 SHOW_DEFAULT = 10
@@ -42,17 +42,22 @@ def note_overtaken(skipped: int) -> None:
 
 
 def handle_errors(func):
-    """Library errors become ``Error: ...`` on stderr, without a traceback: exit 2 for a bad
-    argument (InvalidArgumentError, as for click's own checks), else exit 1."""
+    """Library errors become ``Error: ...`` on stderr in the command line's terms, without a
+    traceback: exit 2 for a bad argument (InvalidArgumentError, an index outside the store,
+    as for click's own checks), else exit 1. A closed pipe (``| head``) ends quietly."""
 
     @functools.wraps(func)
     def wrapper(*args, **kwargs):
+        ctx = click.get_current_context(silent=True)
+        name = ctx.info_name if ctx is not None else None
         try:
             return func(*args, **kwargs)
-        except InvalidArgumentError as exc:
-            raise click.UsageError(str(exc), ctx=click.get_current_context(silent=True)) from None
+        except BrokenPipeError:
+            raise  # click ends the command quietly
+        except (InvalidArgumentError, IndexOutOfRangeError) as exc:
+            raise click.UsageError(cli_message(str(exc), name), ctx=ctx) from None
         except DiskReplayError as exc:
-            raise click.ClickException(str(exc)) from None
+            raise click.ClickException(cli_message(str(exc), name)) from None
         except OSError as exc:
             where = f"{exc.filename}: " if exc.filename else ""
             raise click.ClickException(f"{where}{exc.strerror or exc}") from None
@@ -97,7 +102,7 @@ def info(path: str, as_json: bool) -> None:
         click.echo("  (none yet: declared by the first add)")
         return
     rows = [[name, str(tuple(spec["shape"])), spec["dtype"]] for name, spec in data["fields"].items()]
-    echo_lines(table(["name", "shape", "dtype"], rows, width=78), indent="  ")
+    echo_lines(table(["name", "shape", "dtype"], rows, width=terminal_width() - 2), indent="  ")
 
 
 # ---------------------------------------------------------------- show
@@ -109,17 +114,20 @@ def info(path: str, as_json: bool) -> None:
               help=f"The newest N transitions (the default, N={SHOW_DEFAULT}).")
 @click.option("--index", "index", multiple=True,
               help="Slot indices in [0, size): --index 3 4 5, or --index 3,4,5.")
+@click.option("--env", "env", type=click.IntRange(min=0), metavar="E",
+              help="Only env E's transitions (--head/--tail then count those).")
 @click.option("--fields", "fields", metavar="a,b", help="Only these keys (e.g. states,rewards).")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list of row objects, arrays in full.")
 @handle_errors
-def show(path, more, head, tail, index, fields, as_json) -> None:
-    """Show transitions of the store at PATH with their slots.
+def show(path, more, head, tail, index, env, fields, as_json) -> None:
+    """Show transitions of the store at PATH with their slot, number and env.
 
     --head and --tail list rows in chronological order (oldest first); --index lists
-    the given slots in the order given. In the table, arrays of more than 4 elements
-    are summarized as shape min..max ~mean; --json gives them in full.
+    the given slots in the order given. t is the transition's number (1 for the first
+    ever added), env the env that added it. In the table, arrays of more than 4
+    elements are summarized as shape min..max ~mean; --json gives them in full.
 
-    Examples: diskreplay show runs/pong.replay --tail 5;
+    Examples: diskreplay show runs/pong.replay --tail 5 --env 1;
     diskreplay show runs/pong.replay --index 0 7 9 --fields actions,rewards --json
     """
     if more and not index:
@@ -131,14 +139,20 @@ def show(path, more, head, tail, index, fields, as_json) -> None:
     if chosen == 0:
         tail = SHOW_DEFAULT
     with open_reader(path) as buf:
+        if buf.fields is None:  # nothing added yet: as empty as a declared store without rows
+            echo_json([]) if as_json else click.echo("(no rows)")
+            return
         keys = parse_fields(fields, batch_keys(buf))
-        slots, batch = read_rows(buf, head=head, tail=tail, index=idx_list)
+        block = read_block(buf, head=head, tail=tail, index=idx_list, env=env)
+        envs = (block.transitions - 1) % buf.num_envs  # env-major: transition t came from env (t-1) % num_envs
     if as_json:
-        echo_json([{"slot": int(s), **{k: batch[k][i] for k in keys}} for i, s in enumerate(slots.tolist())])
-    elif len(slots) == 0:
+        echo_json([{"slot": int(s), "transition": int(t), "env": int(e), **{k: block.batch[k][i] for k in keys}}
+                   for i, (s, t, e) in enumerate(zip(block.slots.tolist(), block.transitions.tolist(),
+                                                     envs.tolist()))])
+    elif len(block.slots) == 0:
         click.echo("(no rows)")
     else:
-        echo_lines(rows_table(slots, batch, keys))
+        echo_lines(rows_table(block.slots, block.batch, keys, transitions=block.transitions, envs=envs))
 
 
 # ---------------------------------------------------------------- stats

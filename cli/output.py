@@ -1,6 +1,11 @@
 """Presentation for the command line: argument parsing helpers, JSON, tables, progress bars.
 
 Nothing here reads a store; the commands get their data from the library and render it here.
+
+The output rules live here: tables fit the terminal (80 columns when stdout is not one),
+a cut cell ends in ``…`` (never ``~``, which marks an approximate mean), columns that do
+not fit are left out with a note on stderr, JSON has the same keys whatever the data,
+and errors speak in the command line's terms (``--overwrite``, not ``overwrite=True``).
 """
 from __future__ import annotations
 
@@ -8,6 +13,7 @@ import contextlib
 import json
 import math
 import os
+import shutil
 import sys
 
 import click
@@ -33,9 +39,12 @@ def parse_indices(values) -> list[int]:
             if not part:
                 continue
             try:
-                out.append(int(part))
+                index = int(part)
             except ValueError:
                 raise click.BadParameter(f"{part!r} is not an integer slot index", param_hint="--index") from None
+            if not -2 ** 63 <= index < 2 ** 63:
+                raise click.BadParameter(f"{part} is far outside any store's slots", param_hint="--index")
+            out.append(index)
     return out
 
 
@@ -62,12 +71,15 @@ def check_output(out: str, overwrite: bool) -> None:
 
 # ---------------------------------------------------------------- JSON
 def jsonable(value):
-    """Numpy values as JSON-ready Python values; NaN and infinities become None."""
+    """Numpy values as JSON-ready Python values; NaN and infinities become None; float
+    dtypes wider than float64 (float128) become Python floats."""
     if isinstance(value, np.ndarray):
-        if value.dtype.kind == "f" and not np.isfinite(value).all():
-            return [jsonable(v) for v in value] if value.ndim else jsonable(value.item())
+        if value.dtype.kind == "f" and (value.dtype.itemsize > 8 or not np.isfinite(value).all()):
+            return [jsonable(v) for v in value] if value.ndim else jsonable(value[()])
         return value.tolist()
-    if isinstance(value, np.generic):
+    if isinstance(value, np.floating):
+        value = float(value)
+    elif isinstance(value, np.generic):
         value = value.item()
     if isinstance(value, float) and not math.isfinite(value):
         return None
@@ -122,22 +134,42 @@ def fmt_value(value, small: int = 4) -> str:
     return f"{shape} {fmt_number(a.min())}..{fmt_number(a.max())} ~{fmt_number(round(float(a.mean()), 4))}"
 
 
-def table(header: list[str], rows: list[list[str]], width: int = 80, right: set | None = None) -> list[str]:
-    """Aligned lines no wider than ``width``; the widest columns are cut (with '~') to fit."""
+CUT = "…"
+MIN_WIDTH = 40
+
+
+def terminal_width() -> int:
+    """Columns for tables: the terminal's (or ``COLUMNS``), 80 when stdout is not a terminal."""
+    return max(MIN_WIDTH, shutil.get_terminal_size((80, 24)).columns)
+
+
+def table(header: list[str], rows: list[list[str]], width: int | None = None, right: set | None = None
+          ) -> list[str]:
+    """Aligned lines no wider than ``width`` (default :func:`terminal_width`): the widest
+    columns are cut (a cut cell ends in ``…``) down to their header's width (at least 4);
+    columns that still do not fit are left out, from the right, with a note on stderr."""
+    width = terminal_width() if width is None else width
     right = right or set()
     ncol = len(header)
     widths = [max([len(header[i])] + [len(r[i]) for r in rows]) for i in range(ncol)]
+    floors = [min(widths[i], max(len(header[i]), 4)) for i in range(ncol)]
+    while ncol > 1 and sum(floors[:ncol]) + 2 * (ncol - 1) > width:
+        ncol -= 1
+    if ncol < len(header):
+        click.echo(f"note: {len(header) - ncol} columns left out to fit {width} columns "
+                   f"({', '.join(header[ncol:])}); choose columns with --fields, or use --json", err=True)
+        header, rows = header[:ncol], [r[:ncol] for r in rows]
+        widths = widths[:ncol]
     budget = width - 2 * (ncol - 1)
     while sum(widths) > budget:
-        i = max(range(ncol), key=lambda j: widths[j])
-        floor = max(len(header[i]), 4)
-        if widths[i] <= floor:
+        i = max(range(ncol), key=lambda j: widths[j] - floors[j])
+        if widths[i] <= floors[i]:
             break
         widths[i] -= 1
 
     def cell(text: str, i: int) -> str:
         if len(text) > widths[i]:
-            text = text[: widths[i] - 1] + "~"
+            text = text[: widths[i] - 1] + CUT
         return text.rjust(widths[i]) if i in right else text.ljust(widths[i])
 
     lines = ["  ".join(cell(h, i) for i, h in enumerate(header)).rstrip()]
@@ -145,14 +177,18 @@ def table(header: list[str], rows: list[list[str]], width: int = 80, right: set 
     return lines
 
 
-def rows_table(slots, batch: dict, keys: list[str]) -> list[str]:
-    """A table of transitions: their slot, then one column per key."""
-    rows = [[str(s)] + [fmt_value(batch[k][i]) for k in keys] for i, s in enumerate(np.asarray(slots).tolist())]
-    return table(["slot"] + keys, rows, right={0})
+def rows_table(slots, batch: dict, keys: list[str], *, transitions=None, envs=None) -> list[str]:
+    """A table of transitions: their slot (and transition number ``t`` and ``env`` when
+    given), then one column per key."""
+    lead = [("slot", slots)] + [(name, col) for name, col in (("t", transitions), ("env", envs)) if col is not None]
+    cols = [np.asarray(col).tolist() for _, col in lead]
+    rows = [[str(c[i]) for c in cols] + [fmt_value(batch[k][i]) for k in keys] for i in range(len(cols[0]))]
+    return table([name for name, _ in lead] + keys, rows, right=set(range(len(lead))))
 
 
-def kv_lines(pairs: list[tuple[str, object]], width: int = 80) -> list[str]:
+def kv_lines(pairs: list[tuple[str, object]], width: int | None = None) -> list[str]:
     """``key  value`` lines, keys aligned; long values wrap onto indented lines."""
+    width = terminal_width() if width is None else width
     keyw = max(len(k) for k, _ in pairs)
     room = max(20, width - keyw - 2)
     lines = []
@@ -167,6 +203,20 @@ def kv_lines(pairs: list[tuple[str, object]], width: int = 80) -> list[str]:
 def echo_lines(lines, indent: str = "") -> None:
     for line in lines:
         click.echo(indent + line)
+
+
+# ---------------------------------------------------------------- errors
+CLI_TERMS = (("overwrite=True", "--overwrite"), ("DiskReplay.open() to resume it", "another path"),
+             ("batch_size", "-n"))
+
+
+def cli_message(message: str, command: str | None = None) -> str:
+    """A library error message in the command line's terms (its flags, not API arguments)."""
+    for api, flag in CLI_TERMS:
+        if api == "batch_size" and command != "sample":
+            continue
+        message = message.replace(api, flag)
+    return message
 
 
 # ---------------------------------------------------------------- progress

@@ -37,6 +37,11 @@ class RandomWalkEnv:
         return next_state, reward, done
 
 
+def short(values) -> list:
+    """float32 values as they would print as float32 (0.1, not 0.10000000149011612), 4 digits."""
+    return [float(f"{v:.4g}") for v in np.asarray(values, np.float64).reshape(-1).tolist()]
+
+
 def run(path: str, steps: int = 500, num_envs: int = 4, backend: str = "memmap") -> None:
     env = RandomWalkEnv(num_envs)
     print(f"creating {path} (backend={backend}, max_size=1000, num_envs={num_envs})")
@@ -51,14 +56,14 @@ def run(path: str, steps: int = 500, num_envs: int = 4, backend: str = "memmap")
         print(f"added {steps} steps: size={buf.size} seen_size={buf.seen_size} head={buf.head} (the ring wrapped)")
         batch = buf.sample()
         print(f"sampled slots {buf.batch_idxs.tolist()}")
-        print(f"  rewards {np.round(batch['rewards'], 2).tolist()}, dones {batch['dones'].astype(int).tolist()}")
+        print(f"  rewards {short(batch['rewards'])}, dones {batch['dones'].astype(int).tolist()}")
     print("closed; reopening")
     with DiskReplay.open(path) as buf:
         print(f"reopened: size={buf.size} seen_size={buf.seen_size} head={buf.head}")
         buf.sample()
         print(f"sampled slots {buf.batch_idxs.tolist()} (the sampler stream continues where it stopped)")
         newest = buf.get([buf.head])
-        print(f"newest transition: state={newest['states'][0].tolist()} next_state={newest['next_states'][0].tolist()}")
+        print(f"newest transition: state={short(newest['states'][0])} next_state={short(newest['next_states'][0])}")
     print(f"inspect it with: diskreplay info {path}")
 
 

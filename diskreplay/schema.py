@@ -177,6 +177,11 @@ def _describe(value) -> str:
     return type(value).__name__
 
 
+INFERRED_HINT = ("A field's dtype is what create(fields=...) declared or, without a declaration, what the "
+                 "first add gave (a Python int such as a first reward of 0 makes it int64, for the life of the "
+                 "store); to store floats, create the store with ")
+
+
 def coerce(spec: FieldSpec, value, num_envs: int) -> np.ndarray:
     """``value`` as an array of the field's dtype and shape (with env axis), or a clear error.
 
@@ -209,7 +214,8 @@ def coerce(spec: FieldSpec, value, num_envs: int) -> np.ndarray:
         return arr.astype(target)
     if arr.dtype.kind == "f":
         raise SchemaMismatchError(
-            f"{spec.name}: got float data ({arr.dtype}) for an integer/bool field; {where}")
+            f"{spec.name}: got float data ({arr.dtype}) for an integer/bool field; {where}. {INFERRED_HINT}"
+            f"fields={{{spec.name!r}: ({spec.shape}, 'float32'), ...}}")
     if target.kind == "b":
         if arr.size and not np.isin(arr, (0, 1)).all():
             raise SchemaMismatchError(f"{spec.name}: got values other than 0/1 for a bool field; {where}")

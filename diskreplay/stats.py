@@ -143,8 +143,10 @@ def compute_stats(buf: DiskReplay, progress: Callable[[int, int], None] | None =
     read are left out (``skipped_overwritten``), and an episode they cut is not complete.
     ``progress(done_rows, total_rows)`` is called after each block.
     """
-    reader = ChronoReader(buf, start, stop, rows=block_rows(buf, 8), progress=progress)
-    stats = {name: RunningStats() for name in buf.fields}
+    fields = buf.fields or {}
+    # A store whose fields the first add has not declared yet is as empty as a declared one.
+    reader = ChronoReader(buf, start, stop, rows=block_rows(buf, 8) if fields else 1, progress=progress)
+    stats = {name: RunningStats() for name in fields}
     episodes = Episodes(buf.num_envs, starts_complete=False)
     done_count = 0
     first = True
@@ -185,7 +187,8 @@ def histograms(buf: DiskReplay, ranges: dict, bins: int = BINS, *, start: int | 
     Float fields get ``bins`` equal bins; integer and bool fields get bins of a whole
     number of values centred on the integers (one bin per value when the range has at most
     ``bins`` values), so no bin catches one more value than its neighbour."""
-    fields = buf.fields or {}
+    rows = block_rows(buf, 8)  # EmptyStoreError while no fields are declared
+    fields = buf.fields
     hists = {}
     for name, (lo, hi) in ranges.items():
         if lo is None:
@@ -193,7 +196,7 @@ def histograms(buf: DiskReplay, ranges: dict, bins: int = BINS, *, start: int | 
         hists[name] = (None, bin_edges(lo, hi, np.dtype(fields[name][1]).kind in "iub", bins))
     hists = {name: (np.zeros(len(edges) - 1, np.int64), edges) for name, (_, edges) in hists.items()}
     with np.errstate(all="ignore"):
-        for block in ChronoReader(buf, start, stop, rows=block_rows(buf, 8)):
+        for block in ChronoReader(buf, start, stop, rows=rows):
             for name, (counts, edges) in hists.items():
                 x = np.asarray(block.batch[name], np.float64).reshape(-1)
                 counts += np.histogram(x[np.isfinite(x)], bins=edges)[0]

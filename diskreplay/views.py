@@ -171,29 +171,52 @@ def read_rows(buf: DiskReplay, *, head: int | None = None, tail: int | None = No
               index=None) -> tuple[np.ndarray, dict]:
     """``(slots, batch)`` of the ``head`` oldest or the ``tail`` newest transitions (both
     oldest first), or of the slots ``index`` in the order given; give exactly one.
+    :func:`read_block` also gives their transition numbers and takes ``env``."""
+    block = read_block(buf, head=head, tail=tail, index=index)
+    return block.slots, block.batch
 
-    ``head`` and ``tail`` rows come from one snapshot; when the live writer overwrote any
-    of them before they were read, they are read again from a fresh snapshot."""
+
+def read_block(buf: DiskReplay, *, head: int | None = None, tail: int | None = None, index=None,
+               env: int | None = None) -> Block:
+    """The rows :func:`read_rows` reads as a :class:`Block` (positions, slots, transition
+    numbers, batch), all from one snapshot; ``snapshot(buf).env(block.positions)`` are
+    their envs. With ``env``, ``head`` and ``tail`` count only that env's transitions and
+    ``index`` keeps only its slots. When the live writer overwrote any of the rows before
+    they were read, they are read again from a fresh snapshot."""
     if sum(x is not None for x in (head, tail, index)) != 1:
         raise InvalidArgumentError("give exactly one of head, tail and index")
     _require_fields(buf)
-    if index is not None:
-        slots = np.asarray(index, np.int64).reshape(-1)
-        return slots, buf.get(slots)
+    if env is not None and not (isinstance(env, (int, np.integer)) and 0 <= env < buf.num_envs):
+        raise InvalidArgumentError(f"env must be in [0, {buf.num_envs}) (the store has {buf.num_envs} envs), "
+                                   f"got {env!r}")
     count = head if head is not None else tail
-    if count < 0:
+    if index is None and count < 0:
         raise InvalidArgumentError(f"{'head' if head is not None else 'tail'} must be >= 0, got {count}")
     for _ in range(_READ_TRIES):
         snap = snapshot(buf)
-        n = min(count, snap.size)
-        lo = 0 if head is not None else snap.size - n
-        reader = ChronoReader(buf, lo, lo + n, snap=snap, rows=n, restarts=0)
-        blocks = list(reader)
-        if not reader.skipped:
-            if not blocks:
-                empty = np.empty(0, np.int64)
-                return empty, buf.get(empty)
-            return blocks[0].slots, blocks[0].batch
+        if index is not None:
+            slots = np.asarray(index, np.int64).reshape(-1)
+            positions = ring.transition_of_slots(slots, snap.seen, snap.base, snap.max_size) - snap.first
+            keep = slice(None) if env is None else snap.env(positions) == env
+            slots, positions = slots[keep], positions[keep]
+            batch = buf.get(slots)
+        else:
+            per = 1 if env is None else snap.num_envs
+            n = min(count * per, snap.size)
+            lo = 0 if head is not None else snap.size - n
+            hi = lo + n
+            if env is not None:  # widen by a step so that count rows of env are inside
+                lo, hi = (lo, min(snap.size, hi + per)) if head is not None else (max(0, lo - per), hi)
+            positions = np.arange(lo, hi, dtype=np.int64)
+            if env is not None:
+                positions = positions[snap.env(positions) == env]
+                positions = positions[:count] if head is not None else positions[max(0, len(positions) - count):]
+            slots = (snap.slots(lo, hi)[positions - lo] if len(positions) else np.empty(0, np.int64))
+            batch = buf.get(slots)
+        transitions = snap.transition(positions)
+        now = ring.transition_of_slots(slots, buf.seen_size, snap.base, snap.max_size)
+        if (now == transitions).all():
+            return Block(positions, slots, transitions, batch)
     raise OvertakenError(f"the live writer kept overwriting the requested rows; {_TOO_FAST}")
 
 
@@ -272,5 +295,5 @@ def _require_fields(buf: DiskReplay) -> dict:
     return fields
 
 
-__all__ = ["Block", "ChronoReader", "Snapshot", "batch_keys", "block_rows", "disk_bytes", "read_rows",
-           "sample_batch", "snapshot", "store_info"]
+__all__ = ["Block", "ChronoReader", "Snapshot", "batch_keys", "block_rows", "disk_bytes", "read_block",
+           "read_rows", "sample_batch", "snapshot", "store_info"]

@@ -1,9 +1,9 @@
 """The ``diskreplay`` command line, through click's CliRunner and the installed entry point.
 
-The shared store has wrapped: max_size 10, num_envs 2, 8 steps = transitions 1..16, of
-which 7..16 remain. Transition t has states [t, t, t], actions t, rewards t/2,
-log_probs -t, next state [t+2]*3 (the state of the same env's next transition) and is
-done for t in DONES. Transition t lives in slot (t - 1) % 10 and belongs to env (t - 1) % 2.
+The shared store is the README's (tests/support/readme_store.py): max_size 10, num_envs 2,
+8 steps = transitions 1..16, of which 7..16 remain. Transition t has states [t, t, t],
+actions t, rewards t/2, log_probs -t, next state [t+2]*3 and is done for t in DONES.
+Transition t lives in slot (t - 1) % 10 and belongs to env (t - 1) % 2.
 """
 from __future__ import annotations
 
@@ -23,22 +23,10 @@ from diskreplay import DiskReplay
 from diskreplay.cli.main import main
 
 from diskreplay.backends import BACKENDS
+from readme_store import DONES, FIELDS, MAX_SIZE, NUM_ENVS, STEPS, make_store
+
 COMMANDS = ["info", "show", "stats", "sample", "verify", "export", "plot", "convert"]
 ENTRY = Path(sys.executable).with_name("diskreplay")
-DONES = {5, 10, 11, 14, 15}
-MAX_SIZE, NUM_ENVS, STEPS = 10, 2, 8
-FIELDS = {"states": ((3,), "float32"), "actions": ((), "int64"), "rewards": ((), "float32"),
-          "dones": ((), "bool"), "log_probs": ((), "float32")}
-
-
-def make_store(path, backend):
-    with DiskReplay.create(path, MAX_SIZE, num_envs=NUM_ENVS, backend=backend, seed=0, fields=FIELDS) as buf:
-        for step in range(STEPS):
-            ts = np.arange(1 + NUM_ENVS * step, 1 + NUM_ENVS * (step + 1))
-            col = ts[:, None].astype(np.float32)
-            buf.add(np.repeat(col, 3, 1), ts, (ts / 2).astype(np.float32), np.repeat(col + NUM_ENVS, 3, 1),
-                    np.isin(ts, sorted(DONES)), log_probs=-ts.astype(np.float32))
-    return path
 
 
 @pytest.fixture(scope="module", params=BACKENDS)
@@ -127,7 +115,7 @@ def test_show_tail_head_index(store, run):
     rows = r.json()
     assert [row["slot"] for row in rows] == [3, 4, 5]
     newest = rows[-1]
-    assert newest == {"slot": 5, "states": [16.0] * 3, "actions": 16, "rewards": 8.0,
+    assert newest == {"slot": 5, "transition": 16, "env": 1, "states": [16.0] * 3, "actions": 16, "rewards": 8.0,
                       "next_states": [18.0] * 3, "dones": False, "log_probs": -16.0}
     assert [row["dones"] for row in rows] == [True, True, False]
 
@@ -135,17 +123,29 @@ def test_show_tail_head_index(store, run):
     assert [(row["slot"], row["actions"]) for row in rows] == [(6, 7), (7, 8)]
 
     rows = run("show", store, "--index", 0, 9, 2, "--fields", "actions,next_states", "--json").json()
-    assert rows == [{"slot": 0, "actions": 11, "next_states": [13.0] * 3},
-                    {"slot": 9, "actions": 10, "next_states": [12.0] * 3},
-                    {"slot": 2, "actions": 13, "next_states": [15.0] * 3}]
+    assert rows == [{"slot": 0, "transition": 11, "env": 0, "actions": 11, "next_states": [13.0] * 3},
+                    {"slot": 9, "transition": 10, "env": 1, "actions": 10, "next_states": [12.0] * 3},
+                    {"slot": 2, "transition": 13, "env": 0, "actions": 13, "next_states": [15.0] * 3}]
+
+    # --env: only that env's transitions; --head/--tail count them.
+    rows = run("show", store, "--tail", 3, "--env", 0, "--json").json()
+    assert [(row["transition"], row["env"]) for row in rows] == [(11, 0), (13, 0), (15, 0)]
+    rows = run("show", store, "--head", 2, "--env", 1, "--json").json()
+    assert [row["transition"] for row in rows] == [8, 10]
+    rows = run("show", store, "--index", "0,9,2", "--env", 1, "--json").json()
+    assert [row["slot"] for row in rows] == [9]
+    assert len(run("show", store, "--tail", 100, "--env", 1, "--json").json()) == 5
+    r = run("show", store, "--env", 2)
+    assert r.code == 2 and "env must be in [0, 2)" in r.err
 
     r = run("show", store)  # default: the newest 10, oldest first
     assert r.code == 0
     assert_fits(r.out)
     lines = r.out.splitlines()
-    assert lines[0].split() == ["slot", "states", "actions", "rewards", "next_states", "dones", "log_probs"]
+    assert lines[0].split() == ["slot", "t", "env", "states", "actions", "rewards", "next_states", "dones",
+                                "log_probs"]
     assert [int(line.split()[0]) for line in lines[1:]] == [6, 7, 8, 9, 0, 1, 2, 3, 4, 5]
-    assert lines[-1].split() == ["5", "[16", "16", "16]", "16", "8", "[18", "18", "18]", "False", "-16"]
+    assert lines[-1].split() == ["5", "16", "1", "[16", "16", "16]", "16", "8", "[18", "18", "18]", "False", "-16"]
 
 
 def test_show_summarizes_large_arrays(tmp_path, run):
@@ -391,7 +391,10 @@ def test_convert(store, run, tmp_path):
 @pytest.mark.parametrize("args,code", [
     (["info", "{missing}"], 1), (["show", "{missing}"], 1), (["stats", "{file}"], 1),
     (["verify", "{missing}"], 1), (["verify", "{dir}"], 1), (["sample", "{store}", "-n", "0"], 2),
-    (["show", "{store}", "--index", "10"], 1), (["show", "{store}", "--index", "x"], 2),
+    (["show", "{store}", "--index", "10"], 2), (["show", "{store}", "--index", "-1"], 2),
+    (["show", "{store}", "--index", "1.5"], 2), (["show", "{store}", "--index", "99999999999999999999999"], 2),
+    (["sample", "{store}", "-n", "100000000000000000000"], 2), (["sample", "{store}", "-n", "1e20"], 2),
+    (["show", "{store}", "--index", "x"], 2),
     (["show", "{store}", "--fields", "nope"], 2), (["show", "{store}", "--head", "1", "--tail", "1"], 2),
     (["show", "{store}", "3"], 2), (["export", "{store}", "{missing}/x.npz"], 1),
     (["convert", "{store}", "{tmp}/d", "--backend", "zarr"], 2), (["plot", "{missing}", "{tmp}/p.png"], 1),

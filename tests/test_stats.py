@@ -103,9 +103,11 @@ def test_compute_stats_of_stores_without_transitions(tmp_path):
         d = compute_stats(buf)
         assert d["size"] == 0 and d["fields"]["rewards"]["count"] == 0
         assert d["episodes"]["complete_episodes"] == 0 and d["episodes"]["return_mean"] is None
-    with DiskReplay.create(tmp_path / "u.replay", 4, seed=0) as buf:
+    with DiskReplay.create(tmp_path / "u.replay", 4, seed=0) as buf:  # fields not declared yet: as empty
+        d = compute_stats(buf)
+        assert (d["size"], d["fields"], d["episodes"]["complete_episodes"]) == (0, {}, 0)
         with pytest.raises(EmptyStoreError):
-            compute_stats(buf)
+            histograms(buf, {"rewards": (0.0, 1.0)})
 
 
 def test_histograms(tmp_path, backend):

@@ -1,0 +1,113 @@
+"""The CLI's output rules (cli/output.py): width, cut marks, broken pipes, JSON of any dtype,
+empty stores, errors in the command line's terms."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from diskreplay import DiskReplay
+from diskreplay.cli.main import main
+from diskreplay.cli.output import CUT, fmt_numbers, jsonable, table
+
+ENTRY = Path(sys.executable).with_name("diskreplay")
+
+
+def invoke(*args, env=None):
+    r = CliRunner().invoke(main, [str(a) for a in args], prog_name="diskreplay", env=env)
+    if r.exception is not None and not isinstance(r.exception, SystemExit):
+        raise r.exception
+    return r
+
+
+def wide_store(path, extras=5):
+    fields = {"states": ((3,), "float32"), "actions": ((), "int64"), "rewards": ((), "float32"),
+              "dones": ((), "bool")}
+    fields.update({f"extra_field_{i}": ((), "float32") for i in range(extras)})
+    with DiskReplay.create(path, 2000, seed=0, fields=fields) as buf:
+        for t in range(1, 2001):
+            buf.add(np.full(3, t, np.float32), t, 0.5, np.full(3, t + 1, np.float32), t % 7 == 0,
+                    **{f"extra_field_{i}": np.float32(t / 3) for i in range(extras)})
+    return path
+
+
+@pytest.fixture(scope="module")
+def wide(tmp_path_factory):
+    return wide_store(tmp_path_factory.mktemp("wide") / "w.replay")
+
+
+def test_tables_fit_the_terminal_and_say_what_they_left_out(wide):
+    for columns, width in ((None, 80), ("60", 60), ("132", 132)):
+        r = invoke("show", wide, "--tail", 3, env={"COLUMNS": columns} if columns else None)
+        assert r.exit_code == 0
+        assert max(len(line) for line in r.stdout.splitlines()) <= width
+    r = invoke("show", wide, "--tail", 3, env={"COLUMNS": "80"})
+    assert "columns left out to fit 80 columns" in r.stderr and "--fields" in r.stderr
+    assert r.stdout.splitlines()[0].split()[:3] == ["slot", "t", "env"]
+
+
+def test_a_cut_cell_is_marked_apart_from_an_approximate_mean():
+    lines = table(["a", "b"], [["x" * 50, "4x84x84 0..255 ~31.2"]], width=30)
+    assert all(len(line) <= 30 for line in lines)
+    assert lines[1].split()[0].endswith(CUT) and "~" not in lines[1].split()[0]
+
+
+def test_numbers_get_the_digits_that_tell_them_apart():
+    assert fmt_numbers([123456.0, 123457.0, 123456.5]) == ["123456", "123457", "123456.5"]
+    assert fmt_numbers([0.1, 0.2, None]) == ["0.1", "0.2", "-"]
+    assert fmt_numbers([1.0000001, 1.0000002]) == ["1.0000001", "1.0000002"]
+
+
+def test_a_closed_pipe_ends_quietly(wide):
+    p = subprocess.Popen([str(ENTRY), "show", str(wide), "--tail", "2000", "--fields", "states,actions"],
+                         stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE)
+    assert p.stdout.readline().split()[:1] == [b"slot"]  # then, like `| head -1`, stop reading
+    p.stdout.close()
+    err = p.stderr.read().decode()
+    p.wait(timeout=60)
+    assert err == "", err  # no "Error: Broken pipe", no traceback
+
+
+def test_json_of_wide_floats(tmp_path):
+    path = tmp_path / "f128.replay"
+    fields = {"states": ((2,), "float32"), "actions": ((), "int64"), "rewards": ((), "float32"),
+              "dones": ((), "bool"), "precise": ((), "longdouble")}
+    with DiskReplay.create(path, 4, seed=0, fields=fields) as buf:
+        buf.add(np.zeros(2, np.float32), 1, 0.5, np.ones(2, np.float32), False, precise=np.longdouble(0.25))
+    for args in (["show", path, "--json"], ["sample", path, "-n", 2, "--seed", 0, "--json"]):
+        r = invoke(*args)
+        assert r.exit_code == 0, r.output
+        text = json.dumps(json.loads(r.stdout))
+        assert "0.25" in text
+    assert jsonable(np.array([np.longdouble("inf"), 1], np.longdouble)) == [None, 1.0]
+
+
+def test_empty_looks_the_same_declared_or_not(tmp_path):
+    declared = tmp_path / "d.replay"
+    DiskReplay.create(declared, 4, seed=0, fields={"states": ((2,), "float32"), "actions": ((), "int64"),
+                                                    "rewards": ((), "float32"), "dones": ((), "bool")}).close()
+    undeclared = tmp_path / "u.replay"
+    DiskReplay.create(undeclared, 4, seed=0).close()
+    for path in (declared, undeclared):
+        r = invoke("show", path)
+        assert (r.exit_code, r.stdout) == (0, "(no rows)\n")
+        assert invoke("show", path, "--json").stdout == "[]\n"
+        r = invoke("sample", path)
+        assert r.exit_code == 1 and "empty" in r.stderr or "no transitions" in r.stderr
+        d = json.loads(invoke("stats", path, "--json").stdout)
+        assert d["size"] == 0 and d["episodes"]["complete_episodes"] == 0
+
+
+def test_errors_speak_in_flags(tmp_path, wide):
+    dst = tmp_path / "c.replay"
+    assert invoke("convert", wide, dst, "--backend", "hdf5").exit_code == 0
+    r = invoke("convert", wide, dst, "--backend", "hdf5")
+    assert r.exit_code == 1 and "--overwrite" in r.stderr and "overwrite=True" not in r.stderr
+    r = invoke("sample", wide, "-n", 10 ** 20)
+    assert r.exit_code == 2 and "batch_size" not in r.stderr
