@@ -18,6 +18,7 @@ from typing import Callable
 import numpy as np
 
 from .store import DiskReplay
+from .episodes import episode_ends
 from .views import ChronoReader, block_rows
 
 BINS = 50
@@ -94,7 +95,9 @@ class Episodes:
         self.returns: list[tuple[int, int, float]] = []  # (end transition, env, return)
         self.next_transition: int | None = None
 
-    def update(self, transitions: np.ndarray, envs: np.ndarray, rewards, dones) -> None:
+    def update(self, transitions: np.ndarray, envs: np.ndarray, rewards, ends) -> None:
+        """Fold in transitions (in order) with their rewards and episode ends
+        (:func:`diskreplay.episodes.episode_ends`)."""
         if len(transitions) == 0:
             return
         if self.next_transition is not None and int(transitions[0]) != self.next_transition:
@@ -103,8 +106,8 @@ class Episodes:
         self.next_transition = int(transitions[-1]) + 1
         with np.errstate(all="ignore"):
             rewards = np.asarray(rewards, np.float64).reshape(len(transitions), -1).sum(axis=1)
-        dones = np.asarray(dones).reshape(len(transitions), -1).any(axis=1)
-        for t, env, r, d in zip(transitions.tolist(), envs.tolist(), rewards.tolist(), dones.tolist()):
+        ends = np.asarray(ends).reshape(len(transitions), -1).any(axis=1)
+        for t, env, r, d in zip(transitions.tolist(), envs.tolist(), rewards.tolist(), ends.tolist()):
             self.running[env] += r
             if d:
                 self.dones[env] += 1
@@ -161,7 +164,7 @@ def compute_stats(buf: DiskReplay, progress: Callable[[int, int], None] | None =
             s.update(batch[name])
         if "dones" in batch:
             done_count += int(np.count_nonzero(batch["dones"]))
-            episodes.update(block.transitions, snap.env(block.positions), batch["rewards"], batch["dones"])
+            episodes.update(block.transitions, snap.env(block.positions), batch["rewards"], episode_ends(batch))
     out = {
         "path": os.path.abspath(buf.path),
         "size": reader.stop - reader.start - reader.skipped,

@@ -166,3 +166,25 @@ def test_stats_of_a_range_and_across_a_gap(tmp_path, backend):
     ep.update(np.array([3, 4]), np.array([0, 0]), [1, 1], [False, False])
     ep.update(np.array([7, 8]), np.array([0, 0]), [1, 1], [False, True])
     assert ep.returns == [(2, 0, 2.0)]
+
+
+def test_episode_ends_rule():
+    from diskreplay.episodes import episode_ends
+    batch = {"dones": np.array([True, False, False, False]), "truncateds": np.array([False, True, False, False])}
+    assert episode_ends(batch).tolist() == [True, True, False, False]
+    assert episode_ends(batch, jumps=np.array([0, 0, 1, 0], bool)).tolist() == [True, True, True, False]
+    assert episode_ends({"dones": np.zeros((2, 3), bool)}).tolist() == [False, False]
+
+
+def test_truncations_end_episodes_in_stats(tmp_path, backend):
+    # Gymnasium's convention: dones = terminated, a time limit in the bool field truncateds.
+    fields = dict(FIELDS, truncateds=((), "bool"))
+    with DiskReplay.create(tmp_path / "t.replay", 100, backend=backend, fields=fields) as buf:
+        for step, (terminated, truncated) in enumerate([(0, 0), (0, 1), (0, 0), (1, 0), (0, 0)]):
+            s = np.full(2, step, np.float32)
+            buf.add(s, step, 1.0, s + 1, bool(terminated), truncateds=bool(truncated))
+        d = compute_stats(buf, keep_returns=True)
+    assert d["dones"] == 1
+    # steps 0-1 end at the truncation (transition 2), steps 2-3 at the termination
+    assert d["episodes"]["returns"] == [(2, 0, 2.0), (4, 0, 2.0)]
+    assert d["episodes"]["dones_per_env"] == [2]
