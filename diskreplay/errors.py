@@ -117,3 +117,24 @@ class SlotIndexError(IndexOutOfRangeError):
 class PartialStepWarning(UserWarning):
     """A partial env step the drop-in was buffering (``add_experience`` with num_envs > 1)
     was dropped by ``close()`` and never reached the store."""
+
+
+class DuplicateShardError(InvalidArgumentError):
+    """Two shards of a ``diskreplay.ray.ShardedReplay`` were given the same store (path on the same node)."""
+
+
+class ShardMismatchError(SchemaMismatchError):
+    """The shards of a ``ShardedReplay`` disagree on their fields or ``num_envs``, so their rows
+    cannot be sampled into one batch."""
+
+
+class UnknownNodeError(InvalidArgumentError):
+    """A Ray node id given for a shard is not a live node of the cluster."""
+
+
+class ShardUnavailableError(DiskReplayError, RuntimeError):
+    """No shard of a ``ShardedReplay`` answered (all dead or restarting), or the one asked for is down."""
+
+
+class ShardUnavailableWarning(UserWarning):
+    """A shard stopped answering and is left out of sampling until Ray restarts it."""

@@ -1,0 +1,174 @@
+"""ShardedReplay on a local Ray cluster (started once for the module): uniform sampling over
+the union of shards, the life cycle, shards that die and come back, bad input."""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+import ray
+
+from diskreplay import DiskReplay, EmptyStoreError, InvalidArgumentError, StoreMismatchError
+from diskreplay.errors import DuplicateShardError, ShardMismatchError, UnknownNodeError
+from diskreplay.ray import ShardedReplay
+from diskreplay.ray.split import chunk_counts, split_batch
+
+FIELDS = {"states": ((2,), "int64"), "actions": ((), "int64"), "rewards": ((), "float32"), "dones": ((), "bool")}
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield
+    ray.shutdown()
+
+
+def steps(ids):
+    """Rows that say who they are: state (id, id), next state (id, -1), action id."""
+    ids = np.asarray(ids, np.int64)
+    states = np.stack([ids, ids], axis=1)
+    return (states, ids, ids.astype(np.float32), np.stack([ids, -np.ones_like(ids)], axis=1),
+            np.zeros(len(ids), bool))
+
+
+def fill(sharded, i, ids):
+    return ray.get(sharded.writer(i).add_many.remote(*steps(ids)))
+
+
+def chi_square(observed, expected):
+    return float(((observed - expected) ** 2 / expected).sum())
+
+
+def bound(df):
+    """Chi-square with df degrees of freedom exceeds df + 8 sqrt(2 df) with probability < 1e-6."""
+    return df + 8 * np.sqrt(2 * df)
+
+
+# ---------------------------------------------------------------------- the split, without Ray
+def test_chunks_cover_the_share_in_near_equal_parts():
+    assert chunk_counts(0, 4) == []
+    assert chunk_counts(10, 4, min_rows=16) == [10]
+    assert chunk_counts(100, 4, min_rows=16) == [25, 25, 25, 25]
+    assert chunk_counts(50, 4, min_rows=16) == [17, 17, 16]
+    assert sum(chunk_counts(1001, 3)) == 1001
+
+
+def test_split_gives_empty_shards_nothing_and_follows_sizes():
+    rng = np.random.default_rng(0)
+    counts = np.array([split_batch(rng, 64, [100, 0, 300]) for _ in range(2000)])
+    assert (counts.sum(axis=1) == 64).all() and (counts[:, 1] == 0).all()
+    assert abs(counts[:, 2].mean() / 64 - 0.75) < 0.01
+
+
+# ---------------------------------------------------------------------- on the cluster
+@pytest.mark.parametrize("backend", ["memmap", "hdf5"])
+def test_samples_are_uniform_over_the_union_of_shards(cluster, tmp_path, backend):
+    sizes = [40, 120, 240]
+    paths = [str(tmp_path / f"s{i}") for i in range(3)]
+    with ShardedReplay.create(paths, 300, fields=FIELDS, backend=backend, seed=1) as sharded:
+        start = 0
+        for i, n in enumerate(sizes):
+            fill(sharded, i, range(start, start + n))
+            start += n
+        assert sharded.sizes() == sizes and len(sharded) == 400
+        shard_hits, slot_hits = np.zeros(3), np.zeros(400)
+        offsets = np.cumsum([0] + sizes[:-1])
+        for _ in range(100):
+            batch = sharded.sample(512)
+            # each row is the one its shard and slot name (no mix-up in the gather)
+            ids = offsets[batch["shards"]] + batch["batch_idxs"]
+            assert (batch["actions"] == ids).all() and (batch["states"][:, 0] == ids).all()
+            assert (batch["next_states"][:, 0] == ids + 1).sum() + (batch["next_states"][:, 1] == -1).sum() \
+                == len(ids)  # next state: the next slot's state, or the newest row's stored one
+            shard_hits += np.bincount(batch["shards"], minlength=3)
+            slot_hits += np.bincount(ids, minlength=400)
+        rows = shard_hits.sum()
+        assert chi_square(shard_hits, rows * np.array(sizes) / 400) < bound(2)
+        assert chi_square(slot_hits, np.full(400, rows / 400)) < bound(399)
+        # the bound is not loose enough to pass a wrong split: equal shares per shard fail it
+        assert chi_square(shard_hits, np.full(3, rows / 3)) > 100 * bound(2)
+
+
+def test_life_cycle_flush_reopen_and_batches(cluster, tmp_path):
+    paths = [str(tmp_path / "a"), str(tmp_path / "b")]
+    sharded = ShardedReplay.create(paths, 100, fields=FIELDS, seed=0)
+    assert fill(sharded, 0, range(10)) == 10
+    assert ray.get(sharded.writer(1).add.remote(*[x[0] for x in steps([99])])) == 1
+    assert sharded.flush() == [10, 1]
+    with sharded.batches(32, prefetch=2, count=3) as batches:
+        got = list(batches)
+    assert len(got) == 3 and all(len(b["shards"]) == 32 for b in got)
+    sharded.close()
+    sharded.close()  # idempotent
+    with pytest.raises(Exception, match="closed"):
+        sharded.sample(4)
+    for path, n in zip(paths, (10, 1)):
+        with DiskReplay.open(path, mode="r") as buf:
+            assert buf.size == n
+    with ShardedReplay.open(paths) as again:  # attach to what is there
+        assert again.sizes() == [10, 1]
+        assert set(again.sample(8)["actions"]) <= set(range(10)) | {99}
+    with ShardedReplay.create(paths, 100, fields=FIELDS) as resumed:  # create resumes existing stores
+        assert resumed.sizes() == [10, 1]
+
+
+def test_actors_read_beside_an_in_process_writer(cluster, tmp_path):
+    path = str(tmp_path / "local")
+    with DiskReplay.create(path, 50, fields=FIELDS) as buf:
+        with ShardedReplay.open([path], mode="r") as sharded:
+            with pytest.raises(EmptyStoreError):
+                sharded.sample(4)
+            for t in range(5):
+                buf.add(*[x[0] for x in steps([t])])
+            assert sharded.sizes() == [5]
+            assert set(sharded.sample(16)["actions"]) <= set(range(5))
+
+
+# ---------------------------------------------------------------------- bad input
+def test_bad_input_is_refused_and_leaves_nothing_half_created(cluster, tmp_path):
+    a, b = str(tmp_path / "a"), str(tmp_path / "b")
+    with pytest.raises(DuplicateShardError, match="same store"):
+        ShardedReplay.create([a, str(tmp_path / "x" / ".." / "a")], 10, fields=FIELDS)
+    with pytest.raises(UnknownNodeError, match="not live nodes"):
+        ShardedReplay.create([a], 10, nodes=["ab" * 28], fields=FIELDS)
+    with pytest.raises(InvalidArgumentError, match="one node id"):
+        ShardedReplay.create([a], 10, nodes=[None, None], fields=FIELDS)
+    for bad in ([], a, [""], [3]):
+        with pytest.raises(InvalidArgumentError):
+            ShardedReplay.create(bad, 10, fields=FIELDS)
+    assert not os.path.exists(a)
+    # shard b exists with other fields: the new shard a is removed again, b is left as it was
+    other = dict(FIELDS, states=((3,), "float32"))
+    DiskReplay.create(b, 10, fields=other).close()
+    with pytest.raises(ShardMismatchError, match="fields"):
+        ShardedReplay.create([a, b], 10, fields=FIELDS)
+    assert not os.path.exists(a)
+    with DiskReplay.open(b, mode="r") as buf:
+        assert buf.fields["states"][0] == (3,)
+    with pytest.raises(StoreMismatchError, match="max_size 10"):
+        ShardedReplay.create([b], 20, fields=other)
+    with pytest.raises(Exception) as info:
+        ShardedReplay.open([str(tmp_path / "missing")])
+    assert "missing" in str(info.value)
+
+
+def test_bad_calls_on_a_sharded_replay(cluster, tmp_path):
+    with ShardedReplay.create([str(tmp_path / "a"), str(tmp_path / "b")], 10, fields=FIELDS) as sharded:
+        with pytest.raises(EmptyStoreError, match="every answering shard is empty"):
+            sharded.sample(4)
+        for bad in (2, -1, True, "0"):
+            with pytest.raises(InvalidArgumentError):
+                sharded.writer(bad)
+        with pytest.raises(InvalidArgumentError):
+            sharded.sample(0)
+        states, actions, rewards, next_states, dones = steps(range(3))
+        with pytest.raises(InvalidArgumentError, match="same leading step axis"):
+            ray.get(sharded.writer(0).add_many.remote(states, actions[:2], rewards, next_states, dones))
+        assert sharded.sizes() == [0, 0]  # nothing of the refused call was written
+
+
+def test_import_diskreplay_does_not_import_ray():
+    import subprocess
+    import sys
+    code = "import sys, diskreplay, diskreplay.errors; print('ray' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout == "False\n"
