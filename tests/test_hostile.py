@@ -596,7 +596,8 @@ def test_every_error_is_a_diskreplay_error():
     for name in dir(errors):
         obj = getattr(errors, name)
         if isinstance(obj, type) and issubclass(obj, Exception) and obj.__module__ == errors.__name__:
-            assert issubclass(obj, DiskReplayError) or obj in (RecoveryWarning, errors.PartialStepWarning)
+            assert issubclass(obj, DiskReplayError) or obj in (RecoveryWarning, errors.PartialStepWarning,
+                                                             errors.ShardUnavailableWarning)
     assert NUM_ENVS == 2 and warnings
 
 
