@@ -3,12 +3,13 @@ the union of shards, the life cycle, shards that die and come back, bad input.""
 from __future__ import annotations
 
 import os
+import sys
 
 import numpy as np
 import pytest
 import ray
 
-from diskreplay import DiskReplay, EmptyStoreError, InvalidArgumentError, StoreMismatchError
+from diskreplay import DiskReplay, EmptyStoreError, InvalidArgumentError, RecoveryWarning, StoreMismatchError
 from diskreplay.errors import DuplicateShardError, ShardMismatchError, UnknownNodeError
 from diskreplay.ray import ShardedReplay
 from diskreplay.ray.split import chunk_counts, split_batch
@@ -19,6 +20,9 @@ FIELDS = {"states": ((2,), "int64"), "actions": ((), "int64"), "rewards": ((), "
 @pytest.fixture(scope="module")
 def cluster():
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    # the env-runner tasks below are this module's functions; Ray's workers cannot import
+    # tests/, so they travel by value
+    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
     yield
     ray.shutdown()
 
@@ -169,6 +173,87 @@ def test_bad_calls_on_a_sharded_replay(cluster, tmp_path):
 
 def test_import_diskreplay_does_not_import_ray():
     import subprocess
-    import sys
     code = "import sys, diskreplay, diskreplay.errors; print('ray' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout == "False\n"
+
+
+# ---------------------------------------------------------------------- shards that die
+@ray.remote(num_cpus=0)
+def write_until_stopped(writer, start, steps_max):
+    """An env runner on the shard's node: one step per call; returns the ids acknowledged
+    (every add that returned) when the shard dies under it or after steps_max steps."""
+    acked = []
+    for t in range(start, start + steps_max):
+        try:
+            ray.get(writer.add.remote(*[x[0] for x in steps([t])]))
+        except ray.exceptions.RayActorError:
+            break
+        acked.append(t)
+    return acked
+
+
+def wait_for(predicate, timeout=30.0):
+    import time
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def stored_ids(buf_or_rows):
+    return set(np.asarray(buf_or_rows["actions"]).tolist())
+
+
+@pytest.mark.parametrize("how", ["ray.kill", "kill -9"])
+def test_a_killed_shard_is_left_out_then_rejoins_with_every_acknowledged_transition(cluster, tmp_path, how):
+    paths = [str(tmp_path / "a"), str(tmp_path / "b")]
+    with ShardedReplay.create(paths, 5000, fields=FIELDS, seed=3) as sharded:
+        fill(sharded, 1, range(100_000, 100_200))
+        victim = sharded.writer(0)
+        pid = ray.get(victim.pid.remote())
+        runner = write_until_stopped.remote(victim, 0, 4000)
+        assert wait_for(lambda: sharded.sizes()[0] >= 50)
+        if how == "ray.kill":
+            ray.kill(victim, no_restart=False)  # Ray restarts it (max_restarts=-1)
+        else:
+            os.kill(pid, 9)
+        acked = ray.get(runner, timeout=60)
+        assert 50 <= len(acked) < 4000 and acked == list(range(len(acked)))
+        # sampling goes on while the shard restarts; each batch comes from the shards that answer
+        for _ in range(20):
+            batch = sharded.sample(64)
+            assert len(batch["shards"]) == 64
+        # Ray's restart reopens the store (a new process) with every acknowledged transition
+        assert wait_for(lambda: sharded.sizes()[0] is not None)
+        assert ray.get(victim.pid.remote()) != pid
+        size = sharded.sizes()[0]
+        assert size in (len(acked), len(acked) + 1)  # + the add in flight, if its commit landed
+        assert set(acked) <= stored_ids(ray.get(victim.get.remote(np.arange(size))))
+        # and brings it back into sampling, in proportion to its size
+        hits = np.zeros(2)
+        for _ in range(20):
+            hits += np.bincount(sharded.sample(256)["shards"], minlength=2)
+        assert chi_square(hits, hits.sum() * np.array([size, 200]) / (size + 200)) < bound(1)
+        assert sharded.unavailable == set()
+
+
+def test_a_shard_that_stays_dead_is_left_out_and_reported(cluster, tmp_path):
+    from diskreplay.errors import ShardUnavailableError, ShardUnavailableWarning
+    paths = [str(tmp_path / "a"), str(tmp_path / "b")]
+    sharded = ShardedReplay.create(paths, 100, fields=FIELDS, seed=4)
+    fill(sharded, 0, range(30))
+    fill(sharded, 1, range(1000, 1010))
+    ray.kill(sharded.writer(0), no_restart=True)
+    with pytest.warns(ShardUnavailableWarning, match=r"shards \[0\]"):
+        batch = sharded.sample(128)
+    assert (batch["shards"] == 1).all() and sharded.unavailable == {0}  # renormalized over shard 1
+    assert sharded.sizes() == [None, 10]
+    ray.kill(sharded.writer(1), no_restart=True)
+    with pytest.raises(ShardUnavailableError, match="none of the 2 shards answered"), \
+            pytest.warns(ShardUnavailableWarning, match=r"shards \[1\]"):
+        sharded.sample(8)
+    sharded.close()  # closing around dead shards works
+    with pytest.warns(RecoveryWarning, match="nothing was lost"), DiskReplay.open(paths[0]) as buf:  # the dead shard's store recovers every acknowledged add
+        assert buf.size == 30 and stored_ids(buf.get(np.arange(30))) == set(range(30))

@@ -204,7 +204,11 @@ class ShardedReplay:
             return
         self._closed = True
         try:
-            ray.get([actor.close.remote() for actor in self._actors])
+            for ref in [actor.close.remote() for actor in self._actors]:
+                try:
+                    ray.get(ref)
+                except RayActorError:
+                    pass  # a dead shard's store was closed by its death; its next open recovers it
         finally:
             for actor in self._actors:
                 ray.kill(actor, no_restart=True)
