@@ -257,3 +257,65 @@ def test_a_shard_that_stays_dead_is_left_out_and_reported(cluster, tmp_path):
     sharded.close()  # closing around dead shards works
     with pytest.warns(RecoveryWarning, match="nothing was lost"), DiskReplay.open(paths[0]) as buf:  # the dead shard's store recovers every acknowledged add
         assert buf.size == 30 and stored_ids(buf.get(np.arange(30))) == set(range(30))
+
+
+# ---------------------------------------------------------------------- rows never pass the driver
+class DriverBytes:
+    """A stub on the driver's side of Ray's transport: counts the bytes the driver process
+    serializes (arguments, puts) and deserializes (results, gets) while active."""
+
+    def __enter__(self):
+        from ray._private.serialization import SerializationContext
+        self.sent = self.received = 0
+        self._cls, self._ser, self._de = SerializationContext, SerializationContext.serialize, \
+            SerializationContext.deserialize_objects
+        stub = self
+
+        def serialize(ctx, value):
+            out = stub._ser(ctx, value)
+            stub.sent += out.total_bytes
+            return out
+
+        def deserialize_objects(ctx, objects, refs, *rest):
+            stub.received += sum(0 if data is None else len(data) for data, *_ in objects)
+            return stub._de(ctx, objects, refs, *rest)
+
+        SerializationContext.serialize, SerializationContext.deserialize_objects = serialize, deserialize_objects
+        return self
+
+    def __exit__(self, *exc):
+        self._cls.serialize, self._cls.deserialize_objects = self._ser, self._de
+
+
+WIDE = dict(FIELDS, states=((256,), "float32"))
+
+
+@ray.remote(num_cpus=0)
+def run_env(writer, first, steps_total, chunk):
+    """An env runner: makes its rows here and sends them straight to its shard, chunk steps a call."""
+    for start in range(first, first + steps_total, chunk):
+        ids = np.arange(start, start + chunk)
+        states = np.repeat(ids[:, None], 256, axis=1).astype(np.float32)
+        seen = ray.get(writer.add_many.remote(states, ids, ids.astype(np.float32), states + 1,
+                                              np.zeros(chunk, bool)))
+    return seen
+
+
+def test_writers_on_the_shard_node_send_no_rows_through_the_driver(cluster, tmp_path):
+    paths = [str(tmp_path / "a"), str(tmp_path / "b")]
+    with ShardedReplay.create(paths, 4000, fields=WIDE, nodes=[ray.get_runtime_context().get_node_id()] * 2) \
+            as sharded:
+        row_bytes = 2 * 256 * 4  # a state and a next state per step, each 1 KiB
+        with DriverBytes() as driver:
+            seen = ray.get([run_env.options(scheduling_strategy=ray.util.scheduling_strategies.
+                                            NodeAffinitySchedulingStrategy(node, soft=False))
+                           .remote(sharded.writer(i), 0, 2000, 100) for i, node in enumerate(sharded.nodes)])
+        assert seen == [2000, 2000] and sharded.sizes() == [2000, 2000]
+        moved = 2 * 2000 * row_bytes  # 8 MiB of rows reached the shards
+        assert driver.sent + driver.received < moved / 100, (driver.sent, driver.received)
+        # the stub sees rows that do go through the driver: the same adds made from here
+        states = np.zeros((100, 256), np.float32)
+        with DriverBytes() as control:
+            ray.get(sharded.writer(0).add_many.remote(states, np.arange(100), np.zeros(100, np.float32),
+                                                      states, np.zeros(100, bool)))
+        assert control.sent >= 100 * row_bytes
