@@ -202,6 +202,14 @@ def wait_for(predicate, timeout=30.0):
     return False
 
 
+def process_exists(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
 def stored_ids(buf_or_rows):
     return set(np.asarray(buf_or_rows["actions"]).tolist())
 
@@ -245,6 +253,7 @@ def test_a_shard_that_stays_dead_is_left_out_and_reported(cluster, tmp_path):
     sharded = ShardedReplay.create(paths, 100, fields=FIELDS, seed=4)
     fill(sharded, 0, range(30))
     fill(sharded, 1, range(1000, 1010))
+    pid = ray.get(sharded.writer(0).pid.remote())
     ray.kill(sharded.writer(0), no_restart=True)
     with pytest.warns(ShardUnavailableWarning, match=r"shards \[0\]"):
         batch = sharded.sample(128)
@@ -255,6 +264,7 @@ def test_a_shard_that_stays_dead_is_left_out_and_reported(cluster, tmp_path):
             pytest.warns(ShardUnavailableWarning, match=r"shards \[1\]"):
         sharded.sample(8)
     sharded.close()  # closing around dead shards works
+    assert wait_for(lambda: not process_exists(pid))  # ray.kill returns before the process is gone
     with pytest.warns(RecoveryWarning, match="nothing was lost"), DiskReplay.open(paths[0]) as buf:  # the dead shard's store recovers every acknowledged add
         assert buf.size == 30 and stored_ids(buf.get(np.arange(30))) == set(range(30))
 
