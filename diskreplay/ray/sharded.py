@@ -92,6 +92,9 @@ class ShardedReplay:
         self.num_envs = infos[0]["num_envs"]
         self.max_sizes = [info["max_size"] for info in infos]
         self.requests_per_shard = requests_per_shard
+        # A remote call costs about 0.7 ms on a loaded 2-core machine (docs/scale-out.md), so a
+        # shard's share goes in several requests only when each carries this many rows or more.
+        self.rows_per_request = 256
         self.unavailable: set[int] = set()  # shards left out of the last sample or sizes()
         self.batch_idxs: np.ndarray | None = None
         self.batch_shards: np.ndarray | None = None
@@ -164,7 +167,7 @@ class ShardedReplay:
         """Rows of every shard's share, or None if a shard failed mid-way (the caller re-splits)."""
         requests = []
         for i, k in enumerate(counts):
-            for part in chunk_counts(int(k), self.requests_per_shard, min_rows=16):
+            for part in chunk_counts(int(k), self.requests_per_shard, min_rows=self.rows_per_request):
                 seed = int(self._rng.integers(2 ** 63))
                 requests.append((i, self._actors[i].sample_rows.remote(part, seed)))
         parts, failed = [], []
