@@ -329,3 +329,30 @@ def test_writers_on_the_shard_node_send_no_rows_through_the_driver(cluster, tmp_
             ray.get(sharded.writer(0).add_many.remote(states, np.arange(100), np.zeros(100, np.float32),
                                                       states, np.zeros(100, bool)))
         assert control.sent >= 100 * row_bytes
+
+
+# ---------------------------------------------------------------------- full shards (no size probes)
+def test_full_shards_of_different_sizes_are_sampled_uniformly_and_a_dead_one_left_out(cluster, tmp_path):
+    from diskreplay.errors import ShardUnavailableWarning
+    paths = [str(tmp_path / "a"), str(tmp_path / "b")]
+    DiskReplay.create(paths[0], 60, fields=FIELDS).close()
+    DiskReplay.create(paths[1], 180, fields=FIELDS).close()
+    # shard 0 holds 60 slots, shard 1 holds 180: both wrap, so each stays full from here on
+    with ShardedReplay.open(paths, seed=6) as sharded:
+        fill(sharded, 0, range(0, 100))        # ids 40..99 remain
+        fill(sharded, 1, range(1000, 1250))    # ids 1070..1249 remain
+        assert sharded.sizes() == [60, 180]
+        hits = np.zeros(2)
+        seen = set()
+        for _ in range(60):
+            batch = sharded.sample(256)
+            hits += np.bincount(batch["shards"], minlength=2)
+            seen |= set(batch["actions"].tolist())
+        assert chi_square(hits, hits.sum() * np.array([60, 180]) / 240) < bound(1)
+        assert seen == set(range(40, 100)) | set(range(1070, 1250))
+        pid = ray.get(sharded.writer(0).pid.remote())
+        ray.kill(sharded.writer(0), no_restart=True)
+        assert wait_for(lambda: not process_exists(pid))
+        with pytest.warns(ShardUnavailableWarning, match=r"shards \[0\]"):
+            batch = sharded.sample(64)
+        assert (batch["shards"] == 1).all() and sharded.unavailable == {0}

@@ -26,7 +26,7 @@ from .split import chunk_counts, split_batch
 
 __all__ = ["ShardedReplay"]
 
-# A shard that has not told its size within this many seconds is left out of that batch.
+# A shard that has not answered (its size, or its rows) within this many seconds is left out of that batch.
 PROBE_TIMEOUT = 2.0
 _DOWN = (RayActorError, GetTimeoutError)  # ActorDiedError and ActorUnavailableError derive from RayActorError
 
@@ -82,9 +82,9 @@ class ShardedReplay:
             for actor in actors:
                 ray.kill(actor, no_restart=True)
             raise failure
-        return cls(actors, infos, requests_per_shard, seed)
+        return cls(actors, infos, requests_per_shard, seed, mode)
 
-    def __init__(self, actors, infos, requests_per_shard: int, seed):
+    def __init__(self, actors, infos, requests_per_shard: int, seed, mode: str = "r+"):
         """Bind to started shard actors (use :meth:`create` or :meth:`open`)."""
         self._actors = list(actors)
         self.paths = [info["path"] for info in infos]
@@ -100,6 +100,10 @@ class ShardedReplay:
         self.batch_shards: np.ndarray | None = None
         self._rng = np.random.default_rng(seed)
         self._closed = False
+        self._mode = mode
+        # Shards known to be full: a full shard written only through its actor (mode r+; the
+        # actor has no reset) keeps size == max_size, so once all are, no batch needs a probe.
+        self._full: set[int] = set()
 
     @property
     def num_shards(self) -> int:
@@ -150,7 +154,7 @@ class ShardedReplay:
         self._check_open()
         batch_size = check_count("batch_size", batch_size)
         for _ in range(self.num_shards + 1):
-            sizes = self._probe()
+            sizes = self._sizes_for_split()
             live = [0 if s is None else s for s in sizes]
             if all(s is None for s in sizes):
                 raise ShardUnavailableError(f"none of the {self.num_shards} shards answered within "
@@ -163,6 +167,13 @@ class ShardedReplay:
                 return batch
         raise ShardUnavailableError("shards kept failing during the gather; wait for Ray to restart them")
 
+    def _sizes_for_split(self) -> list[int | None]:
+        if self._mode == "r+" and len(self._full) == self.num_shards:
+            return list(self.max_sizes)
+        sizes = self._probe()
+        self._full = {i for i, size in enumerate(sizes) if size == self.max_sizes[i]}
+        return sizes
+
     def _gather(self, counts) -> dict | None:
         """Rows of every shard's share, or None if a shard failed mid-way (the caller re-splits)."""
         requests = []
@@ -170,13 +181,15 @@ class ShardedReplay:
             for part in chunk_counts(int(k), self.requests_per_shard, min_rows=self.rows_per_request):
                 seed = int(self._rng.integers(2 ** 63))
                 requests.append((i, self._actors[i].sample_rows.remote(part, seed)))
+        ray.wait([ref for _, ref in requests], num_returns=len(requests), timeout=PROBE_TIMEOUT)
         parts, failed = [], []
         for i, ref in requests:
             try:
-                parts.append((i, *ray.get(ref)))
-            except RayActorError:
+                parts.append((i, *ray.get(ref, timeout=0)))
+            except _DOWN:
                 failed.append(i)
         if failed:
+            self._full -= set(failed)  # probed again before the next split
             self._report(sorted(self.unavailable | set(failed)))
             return None
         shards = np.concatenate([np.full(len(idxs), i, np.int64) for i, _, idxs, _ in parts])
