@@ -13,6 +13,7 @@ import click
 
 from diskreplay import DiskReplay, DiskReplayError, IndexOutOfRangeError, InvalidArgumentError
 from diskreplay.backends import BACKENDS
+from diskreplay.episodereader import EpisodeReader
 from diskreplay.export import check_output_path, export_store
 from diskreplay.stats import compute_stats
 from diskreplay.verify import verify_store
@@ -213,6 +214,45 @@ def returns_line(ep: dict) -> str:
         return head + ": none to summarize"
     mean, lo, hi = fmt_numbers([ep["return_mean"], ep["return_min"], ep["return_max"]])
     return f"{head}: mean {mean}, min {lo}, max {hi}"
+
+
+# ---------------------------------------------------------------- episodes
+@main.command()
+@click.argument("path", type=click.Path())
+@range_options
+@click.option("--env", "env", type=click.IntRange(min=0), metavar="E", help="Only the episodes of env E.")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON list of episode objects.")
+@handle_errors
+def episodes(path: str, last, start, stop, env, as_json: bool) -> None:
+    """The episodes held in the store at PATH: env, length, return, complete, and the
+    transition numbers (1-based, as seen_size counts) of their first and last rows.
+
+    For each env oldest first, read in one streaming pass (bounded memory, safe beside a
+    live writer). An episode ends at a done, at a truncation (a bool field named
+    truncateds) or where a next state is not the state of its env's next row; it is
+    complete when both its start and its end are held (not cut by the ring's wrap, by
+    --last/--start, or by a live writer overtaking the read, nor still running).
+
+    Examples: diskreplay episodes runs/pong.replay --last 100000;
+    diskreplay episodes runs/pong.replay --env 0 --json
+    """
+    start, stop = positions(last, start, stop)
+    with open_reader(path) as buf, progress("reading") as update:
+        reader = EpisodeReader(buf, start, stop, env=env, data=False, progress=update)
+        found = [{"env": ep.env, "length": ep.length, "return": ep.ret, "complete": ep.complete,
+                  "first": ep.first, "last": ep.last} for ep in reader]
+    note_overtaken(reader.skipped)
+    if as_json:
+        echo_json(found)
+        return
+    if not found:
+        click.echo("no episodes")
+        return
+    rows = [[str(ep["env"]), str(ep["length"])] + fmt_numbers([ep["return"]])
+            + ["yes" if ep["complete"] else "no", str(ep["first"]), str(ep["last"])] for ep in found]
+    echo_lines(table(["env", "length", "return", "complete", "first", "last"], rows, right={0, 1, 2, 4, 5}))
+    done = sum(ep["complete"] for ep in found)
+    click.echo(f"{len(found)} episodes, {done} complete")
 
 
 # ---------------------------------------------------------------- sample

@@ -10,13 +10,14 @@ import numbers
 import os
 import warnings
 import weakref
-from typing import Callable
+from typing import Callable, Iterator
 
 import numpy as np
 
 from . import ring
 from .convert import convert_store
 from .description import FORMAT_VERSION, MAX_SLOTS
+from .episodereader import EpisodeReader
 from .errors import InvalidArgumentError, RecoveryWarning, StoreClosedError
 from .prefetch import Prefetcher
 from .layout import check_path
@@ -225,6 +226,19 @@ class DiskReplay:
         prefetcher = Prefetcher(lambda: self.sample(batch_size), prefetch=prefetch, count=count)
         self._prefetchers.add(prefetcher)
         return prefetcher
+
+    def episodes(self, *, env: int | None = None) -> Iterator[dict]:
+        """Every episode held in the ring (of ``env`` only, if given), for each env oldest
+        first, streamed (memory bounded by the longest episode; safe beside a live writer).
+
+        Each is a dict: ``env``, ``states`` (T+1 rows: its T states and the final next
+        state), ``actions``, ``rewards``, ``dones`` and every extra field (T rows each),
+        ``slots`` (T) and ``complete`` (False when the ring already overwrote its start,
+        when a live writer overtook the read inside it, or when it has not ended yet).
+        Episodes end as :func:`diskreplay.episodes.episode_ends` says, and where a next
+        state is not the state of the env's next row."""
+        self._check_open()
+        return (ep.data for ep in EpisodeReader(self, env=env))
 
     def verify_rows(self, progress: Callable[[int], None] | None = None) -> tuple[int, list[int]]:
         """Check every row that was durable at the last flush against its CRC.

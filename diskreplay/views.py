@@ -11,6 +11,9 @@ transitions while we read; two rules keep what we return honest:
   transition is that old may now hold something newer (:class:`ChronoReader`).
   ``get`` itself never returns a torn row.
 
+Snapshots and :class:`ChronoReader` live in :mod:`diskreplay.chrono` (below the facade,
+so that the store itself streams) and are re-exported here.
+
     from diskreplay import DiskReplay
     from diskreplay.views import ChronoReader
 
@@ -22,149 +25,18 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass
-from typing import Callable, Iterator, NamedTuple
 
 import numpy as np
 
 from . import ring
+from .chrono import (BLOCK_BYTES, TOO_FAST, Block, ChronoReader, Snapshot, block_rows, require_fields as _require_fields,
+                     snapshot)
 from .errors import EmptyStoreError, InvalidArgumentError, OvertakenError
 from .lock import writer_alive
-from .schema import FieldSpec
 from .store import DiskReplay
 
-BLOCK_BYTES = 16 << 20
 CORE_KEYS = ("states", "actions", "rewards", "next_states", "dones")
-_SNAPSHOT_TRIES = 1000
 _READ_TRIES = 50
-_TOO_FAST = "the writer is faster than this read, try again or read fewer rows"
-
-
-@dataclass(frozen=True)
-class Snapshot:
-    """Counters of one committed state: the store held transitions ``first .. seen``
-    (``size`` of them; chronological position 0 is the oldest), the newest in slot ``head``."""
-
-    seen: int
-    size: int
-    head: int
-    max_size: int
-    num_envs: int
-
-    @property
-    def first(self) -> int:
-        """Number (1-based) of the oldest transition held."""
-        return self.seen - self.size + 1
-
-    @property
-    def base(self) -> int:
-        """A reset point that gives these counters in :mod:`diskreplay.ring`'s terms: the
-        store's own while the ring is not full, else the latest one consistent with ``head``."""
-        return self.seen - self.size - (self.head + 1 - self.size) % self.max_size
-
-    def bounds(self, start: int | None = None, stop: int | None = None) -> tuple[int, int]:
-        """Chronological ``[start, stop)`` as non-negative positions, exactly as a Python slice
-        of the ``size`` transitions takes them: negative values count from the newest, values
-        beyond either end are clamped to it, and ``stop < start`` selects nothing."""
-        for name, value in (("start", start), ("stop", stop)):
-            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, np.integer))):
-                raise InvalidArgumentError(f"{name} must be an integer position or None, got {value!r}")
-        lo, hi, _ = slice(start, stop).indices(self.size)
-        return lo, max(lo, hi)
-
-    def slots(self, start: int, stop: int) -> np.ndarray:
-        """Slots of the positions ``[start, stop)``."""
-        return ring.chronological_slots(start, stop, self.seen, self.base, self.max_size)
-
-    def transition(self, pos):
-        """Transition number at position ``pos`` (works on arrays)."""
-        return self.first + pos
-
-    def env(self, pos):
-        """Environment that added the transition at position ``pos`` (env-major order)."""
-        return (self.first - 1 + pos) % self.num_envs
-
-
-def snapshot(buf: DiskReplay) -> Snapshot:
-    """``seen_size``, ``size`` and ``head`` of one committed state, beside a live writer too."""
-    for _ in range(_SNAPSHOT_TRIES):
-        seen = buf.seen_size
-        size, head = buf.size, buf.head
-        if buf.seen_size == seen:
-            break
-    return Snapshot(seen, size, head, buf.max_size, buf.num_envs)
-
-
-class Block(NamedTuple):
-    """Rows read together: their positions in the reader's snapshot, slots, transition numbers and data."""
-
-    positions: np.ndarray
-    slots: np.ndarray
-    transitions: np.ndarray
-    batch: dict
-
-
-class ChronoReader:
-    """Reads the chronological positions ``[start, stop)`` of a snapshot in row blocks,
-    oldest first, as :class:`Block` s. ``start`` and ``stop`` work as in Python slices.
-
-    ``snap`` defaults to a fresh :func:`snapshot`, ``rows`` (per block) to :func:`block_rows`.
-    When the live writer overwrote rows before we read them and nothing has been yielded
-    yet, the read starts over from a fresh snapshot (``self.snap``; the same positions,
-    counted from the oldest transition then), up to ``restarts`` times; after that, and
-    whenever rows were already yielded, the overwritten rows are dropped (``skipped``
-    counts them; they are always the oldest of a block, so the blocks' ``transitions``
-    then jump over them). With ``strict=True`` an overwritten row after the first block
-    raises :class:`OvertakenError` instead. ``progress(done, total)`` is called after
-    each block with positions read (or skipped) so far.
-    """
-
-    def __init__(self, buf: DiskReplay, start: int | None = None, stop: int | None = None, *,
-                 snap: Snapshot | None = None, rows: int | None = None, restarts: int = 20,
-                 progress: Callable[[int, int], None] | None = None, strict: bool = False):
-        self.buf = buf
-        self.snap = snapshot(buf) if snap is None else snap
-        self.start, self.stop = self.snap.bounds(start, stop)
-        self.rows = max(1, block_rows(buf) if rows is None else rows)
-        self.restarts = restarts
-        self.progress = progress
-        self.strict = strict
-        self.skipped = 0
-
-    def __iter__(self) -> Iterator[Block]:
-        buf = self.buf
-        pos = self.start
-        emitted = False
-        while pos < self.stop:
-            snap = self.snap
-            end = min(pos + self.rows, self.stop)
-            slots = snap.slots(pos, end)
-            batch = buf.get(slots)
-            positions = np.arange(pos, end, dtype=np.int64)
-            transitions = snap.transition(positions)
-            # A slot keeps transition t until transition t + max_size is written.
-            now = ring.transition_of_slots(slots, buf.seen_size, snap.base, snap.max_size)
-            fresh = now == transitions
-            if not fresh.all():
-                if emitted and self.strict:
-                    raise OvertakenError(f"the live writer overwrote transition {int(transitions[~fresh][0])} "
-                                         f"before it was read; {_TOO_FAST}")
-                if not emitted and self.restarts > 0:
-                    self.restarts -= 1
-                    self.snap = snapshot(buf)
-                    continue
-                # fresh is monotone in the position: drop the stale prefix and read on.
-                n_stale = int((~fresh).sum())
-                self.skipped += n_stale
-                pos += n_stale
-                if self.progress is not None:
-                    self.progress(pos - self.start, self.stop - self.start)
-                continue
-            emitted = True
-            yield Block(positions, slots, transitions, batch)
-            pos = end
-            if self.progress is not None:
-                self.progress(pos - self.start, self.stop - self.start)
 
 
 def read_rows(buf: DiskReplay, *, head: int | None = None, tail: int | None = None,
@@ -217,7 +89,7 @@ def read_block(buf: DiskReplay, *, head: int | None = None, tail: int | None = N
         now = ring.transition_of_slots(slots, buf.seen_size, snap.base, snap.max_size)
         if (now == transitions).all():
             return Block(positions, slots, transitions, batch)
-    raise OvertakenError(f"the live writer kept overwriting the requested rows; {_TOO_FAST}")
+    raise OvertakenError(f"the live writer kept overwriting the requested rows; {TOO_FAST}")
 
 
 def sample_batch(buf: DiskReplay, batch_size: int | None = None, *, seed: int | None = None
@@ -280,20 +152,5 @@ def batch_keys(buf: DiskReplay) -> list[str]:
     return list(CORE_KEYS) + [name for name in fields if name not in CORE_KEYS]
 
 
-def block_rows(buf: DiskReplay, factor: int = 1) -> int:
-    """Rows per block so that a block of batches (times ``factor``) stays near ``BLOCK_BYTES``."""
-    specs = {name: FieldSpec(name, tuple(shape), np.dtype(dtype))
-             for name, (shape, dtype) in _require_fields(buf).items()}
-    row = sum(spec.row_bytes for spec in specs.values()) + specs["states"].row_bytes  # + next_states
-    return max(1, BLOCK_BYTES // max(1, row * factor))
-
-
-def _require_fields(buf: DiskReplay) -> dict:
-    fields = buf.fields
-    if fields is None:
-        raise EmptyStoreError(f"{buf.path} holds no transitions yet (its fields are declared by the first add)")
-    return fields
-
-
-__all__ = ["Block", "ChronoReader", "Snapshot", "batch_keys", "block_rows", "disk_bytes", "read_block",
+__all__ = ["BLOCK_BYTES", "Block", "ChronoReader", "Snapshot", "batch_keys", "block_rows", "disk_bytes", "read_block",
            "read_rows", "sample_batch", "snapshot", "store_info"]

@@ -25,7 +25,7 @@ from diskreplay.cli.main import main
 from diskreplay.backends import BACKENDS
 from readme_store import DONES, FIELDS, MAX_SIZE, NUM_ENVS, STEPS, make_store
 
-COMMANDS = ["info", "show", "stats", "sample", "verify", "export", "plot", "convert"]
+COMMANDS = ["info", "show", "stats", "episodes", "sample", "verify", "export", "plot", "convert"]
 ENTRY = Path(sys.executable).with_name("diskreplay")
 
 
@@ -481,3 +481,32 @@ def test_info_and_show_beside_a_live_writer(tmp_path, run, backend):
     finally:
         writer.kill()
         writer.wait()
+
+
+# ---------------------------------------------------------------- episodes
+def test_episodes(store, run):
+    # env 0 holds 7, 9, 11, 13, 15 (dones 11, 15); env 1 holds 8, 10, 12, 14, 16 (dones 10, 14).
+    r = run("episodes", store, "--json")
+    assert r.code == 0, r.err
+    eps = json.loads(r.out)
+    assert [(e["env"], e["first"], e["last"], e["length"], e["return"], e["complete"]) for e in eps] == [
+        (1, 8, 10, 2, 9.0, False), (0, 7, 11, 3, 13.5, False), (1, 12, 14, 2, 13.0, True),
+        (0, 13, 15, 2, 14.0, True), (1, 16, 16, 1, 8.0, False)]
+    r = run("episodes", store, "--env", 1, "--last", 5, "--json")
+    assert [(e["first"], e["last"], e["complete"]) for e in json.loads(r.out)] == [(12, 14, False), (16, 16, False)]
+    r = run("episodes", store)
+    assert r.code == 0 and r.out.splitlines()[0].split() == ["env", "length", "return", "complete", "first", "last"]
+    assert r.out.splitlines()[-1] == "5 episodes, 2 complete"
+    assert_fits(r.out)
+
+
+def test_episodes_bad_input(store, run, tmp_path):
+    r = run("episodes", store, "--env", 2)
+    assert r.code == 2 and "env must be an integer in [0, 2)" in r.err
+    r = run("episodes", tmp_path / "missing.replay")
+    assert r.code == 1 and "Error:" in r.err
+    empty = tmp_path / "empty.replay"
+    DiskReplay.create(empty, 4).close()
+    r = run("episodes", empty)
+    assert r.code == 0 and r.out == "no episodes\n"
+    assert run("episodes", empty, "--json").out == "[]\n"

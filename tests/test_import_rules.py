@@ -12,7 +12,7 @@ MAX_LINES = 450
 DURABILITY = {"description", "counters", "checkpoint", "rowsums", "lock", "recovery"}
 FACADE_AND_ABOVE = {"store", "views", "stats", "export", "slm", "demo", "finals", "sb3", "torchrl", "gym", "ray"}
 CLI_MAY_IMPORT = {"diskreplay", "diskreplay.views", "diskreplay.stats", "diskreplay.export", "diskreplay.verify",
-                  "diskreplay.errors", "diskreplay.backends"}  # backends: the public BACKENDS list
+                  "diskreplay.errors", "diskreplay.backends", "diskreplay.episodereader"}  # backends: the public BACKENDS list
 
 
 def _sources() -> dict[str, str]:
