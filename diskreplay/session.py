@@ -194,7 +194,8 @@ class Session:
         return gather
 
     def _jumps(self, idxs: np.ndarray, head: int) -> np.ndarray:
-        """bool per slot in idxs: True where that slot's transition has a recorded exception (its next state is not the next row's state of the same env)."""
+        """bool per slot in idxs: True where that slot's transition has a recorded exception
+        (its next state is not the next row's state of the same env)."""
         return np.zeros(len(idxs), bool)  # a stub: the core's side ring of exact next states replaces it
 
     def _checked_idxs(self, idxs) -> np.ndarray:

@@ -294,7 +294,8 @@ def live_row_problems(batch, k, n, seen_before, seen_after, gamma=0.5) -> list[s
         last = chain[m - 1]
         want_reward = np.float32(sum(gamma ** j * float(np.float32(c / 2)) for j, c in enumerate(chain[:m])))
         ns = batch["next_states"][pos]
-        ns_ok = (ns == np.float32(last + n)).all() or last + n > seen_before and (ns == np.float32(last + n + .25)).all()
+        given = last + n > seen_before and (ns == np.float32(last + n + .25)).all()  # the newest step's
+        ns_ok = (ns == np.float32(last + n)).all() or given
         if not ((batch["states"][pos] == np.float32(t)).all() and batch["rewards"][pos] == want_reward and ns_ok
                 and bool(batch["dones"][pos]) == (last % 7 == 0) and int(batch["tags"][pos]) == -last):
             problems.append(f"row of {t} (m={m}) is not its n-step transition: "
@@ -366,3 +367,30 @@ def test_dead_writers_store_read_virtually(tmp_path, backend):
             buf = DiskReplay.open(store, mode="r+")
         with buf:
             assert_same(buf.get(idxs, n_step=3, gamma=0.7), got)
+
+
+# ---------------------------------------------------------------- the CLI
+def test_cli_sample_n_step(tmp_path, backend):
+    import json
+
+    from click.testing import CliRunner
+
+    from diskreplay.cli.main import main
+
+    path = str(tmp_path / "s")
+    with DiskReplay.create(path, 20, num_envs=2, backend=backend, fields=crash_fields((2,))) as buf:
+        fill(buf, 5)
+    r = CliRunner().invoke(main, ["sample", path, "-n", "3", "--seed", "0", "--n-step", "3", "--gamma", "0.5",
+                                  "--json"])
+    assert r.exit_code == 0, r.output
+    got = json.loads(r.output)
+    idxs = np.asarray(got["idxs"])
+    with DiskReplay.open(path, mode="r") as ro:
+        want = ro.get(idxs, n_step=3, gamma=0.5)
+    assert list(got) == ["idxs"] + list(want)
+    for key in want:
+        np.testing.assert_array_equal(np.asarray(got[key], want[key].dtype), want[key], err_msg=key)
+    for bad, message in (("--n-step=0", "n_step must be >= 1"), ("--n-step=11", "use n_step <= 10"),
+                         ("--gamma=1.5", "gamma must be a number in [0, 1]")):
+        r = CliRunner().invoke(main, ["sample", path, "--seed", "0", bad])
+        assert r.exit_code == 2 and message in r.output, r.output
