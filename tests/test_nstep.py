@@ -394,3 +394,37 @@ def test_cli_sample_n_step(tmp_path, backend):
                          ("--gamma=1.5", "gamma must be a number in [0, 1]")):
         r = CliRunner().invoke(main, ["sample", path, "--seed", "0", bad])
         assert r.exit_code == 2 and message in r.output, r.output
+
+
+DIE_MID_ADD = """
+import os, signal, sys
+sys.path.insert(0, sys.argv[2])
+import diskreplay.writer as writer
+from crash_common import step_args
+from diskreplay import DiskReplay
+buf = DiskReplay.open(sys.argv[1])
+first = buf.seen_size + 1
+writer.commit_step = lambda *a: os.kill(os.getpid(), signal.SIGKILL)  # rows written, commit never made
+s, a, r, ns, d, extra = step_args(first, buf.num_envs)
+buf._session.add(s, a, r, ns, d, extra)
+"""
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_writer_killed_mid_add_is_read_through_its_undo_rows(tmp_path, backend):
+    """The killed add half-overwrote the oldest slots: a reader's n-step chains read those
+    rows (and successors' fields) from the undo reserve, as recovery will restore them."""
+    store, n, steps = str(tmp_path / "s"), 2, 9
+    with DiskReplay.create(store, 11, num_envs=n, backend=backend, fields=crash_fields(), seed=1) as buf:
+        fill(buf, steps)  # wrapped: the next step overwrites the oldest rows
+    child = subprocess.run([sys.executable, "-c", DIE_MID_ADD, store, os.path.dirname(CHILD)])
+    assert child.returncode == -signal.SIGKILL
+    model = ReplayModel(11, n)
+    for t in range(1, steps * n + 1, n):
+        s, a, r, ns, d, extra = step_args(t, n)
+        model.add(s, a, r, ns, d, **extra)
+    idxs = np.arange(11)
+    with DiskReplay.open(store, mode="r") as ro:
+        assert ro._session.needs_recovery() and ro.seen_size == steps * n
+        for k in (2, 3, 6):
+            assert_same(ro.get(idxs, n_step=k, gamma=0.9), model.nstep_get(idxs, k, 0.9))
