@@ -428,3 +428,31 @@ def test_a_writer_killed_mid_add_is_read_through_its_undo_rows(tmp_path, backend
         assert ro._session.needs_recovery() and ro.seen_size == steps * n
         for k in (2, 3, 6):
             assert_same(ro.get(idxs, n_step=k, gamma=0.9), model.nstep_get(idxs, k, 0.9))
+
+
+@pytest.mark.parametrize("cold", [False, True])
+def test_large_frames_cold_or_cached(tmp_path, backend, monkeypatch, cold):
+    """Frames of 16 KiB: n-step successors and last next states read by positioned reads
+    when the probe finds them out of RAM, through the mapping otherwise; same rows."""
+    import diskreplay.gather as gather_module
+
+    shape = (4, 64, 64)
+    fields = {"states": (shape, "uint8"), "actions": ((), "int64"), "rewards": ((), "float32"),
+              "dones": ((), "bool")}
+    model, rng = ReplayModel(9, 2), np.random.default_rng(0)
+    with DiskReplay.create(tmp_path / "s", 9, num_envs=2, backend=backend, fields=fields) as buf:
+        states = rng.integers(0, 256, (2,) + shape, dtype=np.uint8)
+        for step in range(7):
+            values = (states, np.arange(2) + step, rng.normal(size=2).astype(np.float32),
+                      rng.integers(0, 256, (2,) + shape, dtype=np.uint8), rng.random(2) < 0.2)
+            buf.add(*values)
+            model.add(*values)
+            states = values[3]
+        monkeypatch.setattr(gather_module, "page_cached", lambda fd, pos: not cold)
+        positioned = []
+        real = gather_module.RowReader.gather_many
+        monkeypatch.setattr(gather_module.RowReader, "gather_many",
+                            lambda self, requests: positioned.append(len(requests)) or real(self, requests))
+        idxs = np.arange(9)
+        assert_same(buf.get(idxs, n_step=3, gamma=0.9), model.nstep_get(idxs, 3, 0.9))
+        assert len(positioned) == (2 if cold else 0)  # the first rows, then the last rows' next states
