@@ -16,9 +16,8 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition, rule
 
-from crash_common import crash_fields, step_args
-from crash_harness import CHILD, Acks
 from model import ReplayModel
+from nstep_writer import FIELDS, WRITER, add_steps, step_args
 
 from diskreplay import (DiskReplay, InvalidArgumentError, NStepTooLargeError, RecoveryWarning, StoreClosedError,
                         ring)
@@ -144,17 +143,20 @@ TestNStepMachine.settings = settings(max_examples=60, stateful_step_count=20, de
 
 
 # ---------------------------------------------------------------- fixed cases
-def fill(buf, steps: int) -> None:
-    for t in range(1, 1 + steps * buf.num_envs, buf.num_envs):
-        s, a, r, ns, d, extra = step_args(t, buf.num_envs, buf.fields["states"][0])
-        buf.add(s, a, r, ns, d, **extra)
+def model_of(max_size: int, num_envs: int, seen: int) -> ReplayModel:
+    """The model of a never-reset store written by ``nstep_writer`` up to ``seen``."""
+    model = ReplayModel(max_size, num_envs)
+    for t in range(1, seen + 1, num_envs):
+        s, a, r, ns, d, extra = step_args(t, num_envs)
+        model.add(s, a, r, ns, d, **extra)
+    return model
 
 
 def test_a_chain_by_hand(tmp_path, backend):
     """Two envs, transition t's reward t/2, done at t % 7 == 0: slot 2 holds transition 3
     (env 0); its successors are 5 and 7, and 7 ends the episode."""
-    with DiskReplay.create(tmp_path / "s", 20, num_envs=2, backend=backend, fields=crash_fields((2,))) as buf:
-        fill(buf, 5)  # transitions 1..10
+    with DiskReplay.create(tmp_path / "s", 20, num_envs=2, backend=backend, fields=FIELDS) as buf:
+        add_steps(buf, 5)  # transitions 1..10
         got = buf.get([2, 8, 9], n_step=3, gamma=0.5)
         np.testing.assert_array_equal(got["rewards"], np.float32([1.5 + 0.5 * 2.5 + 0.25 * 3.5, 4.5, 5.0]))
         np.testing.assert_array_equal(got["discounts"], np.float32([0.125, 0.5, 0.5]))  # 9 and 10: newest
@@ -162,12 +164,12 @@ def test_a_chain_by_hand(tmp_path, backend):
         np.testing.assert_array_equal(got["actions"], [3, 9, 10])
         np.testing.assert_array_equal(got["dones"], [True, False, False])
         np.testing.assert_array_equal(got["tags"], [-7, -9, -10])
-        np.testing.assert_array_equal(got["next_states"][:, 0], [9, 11.25, 12.25])  # 7's next: state of 9
+        np.testing.assert_array_equal(got["next_states"][:, 0], [9, 11, 12])  # 7's next: state of 9
 
 
 def test_n_step_1_is_the_plain_call(tmp_path, backend):
-    with DiskReplay.create(tmp_path / "s", 13, num_envs=3, backend=backend, seed=4, fields=crash_fields()) as buf:
-        fill(buf, 7)  # wrapped, 13 not a multiple of 3
+    with DiskReplay.create(tmp_path / "s", 13, num_envs=3, backend=backend, seed=4, fields=FIELDS) as buf:
+        add_steps(buf, 7)  # wrapped, 13 not a multiple of 3
         idxs = np.arange(13)
         plain, one = buf.get(idxs), buf.get(idxs, n_step=1, gamma=0.5)
         assert list(plain) == list(one)
@@ -182,12 +184,9 @@ def test_n_step_1_is_the_plain_call(tmp_path, backend):
 
 
 def test_sample_and_batches_take_n_step(tmp_path, backend):
-    with DiskReplay.create(tmp_path / "s", 30, num_envs=2, backend=backend, seed=1, fields=crash_fields()) as buf:
-        fill(buf, 12)
-        model = ReplayModel(30, 2)
-        for t in range(1, 25, 2):
-            s, a, r, ns, d, extra = step_args(t, 2)
-            model.add(s, a, r, ns, d, **extra)
+    with DiskReplay.create(tmp_path / "s", 30, num_envs=2, backend=backend, seed=1, fields=FIELDS) as buf:
+        add_steps(buf, 12)
+        model = model_of(30, 2, 24)
         batch = buf.sample(16, n_step=4, gamma=0.9)
         assert_same(batch, model.nstep_get(buf.batch_idxs, 4, 0.9))
         with buf.batches(8, count=3, n_step=3, gamma=0.8) as batches:
@@ -209,10 +208,10 @@ def test_integer_rewards_give_float32_returns(tmp_path, backend):
 
 
 def test_empty_selection_has_every_key(tmp_path, backend):
-    with DiskReplay.create(tmp_path / "s", 8, backend=backend, fields=crash_fields()) as buf:
-        fill(buf, 3)
+    with DiskReplay.create(tmp_path / "s", 8, backend=backend, fields=FIELDS) as buf:
+        add_steps(buf, 3)
         got = buf.get([], n_step=2)
-        assert set(got) == set(crash_fields()) | {"next_states", "discounts"}
+        assert set(got) == set(FIELDS) | {"next_states", "discounts"}
         assert all(len(v) == 0 for v in got.values())
 
 
@@ -238,8 +237,8 @@ BAD = [
 
 @pytest.mark.parametrize("kwargs,error,message", BAD)
 def test_bad_n_step_arguments_are_refused_before_anything_moves(tmp_path, backend, kwargs, error, message):
-    with DiskReplay.create(tmp_path / "s", 10, num_envs=3, backend=backend, seed=2, fields=crash_fields()) as buf:
-        fill(buf, 4)
+    with DiskReplay.create(tmp_path / "s", 10, num_envs=3, backend=backend, seed=2, fields=FIELDS) as buf:
+        add_steps(buf, 4)
         before = buf.get(np.arange(10))
         state = buf._session.state()
         for call in (lambda: buf.sample(4, **kwargs), lambda: buf.get([0, 1], **kwargs),
@@ -259,14 +258,14 @@ def test_bad_n_step_arguments_are_refused_before_anything_moves(tmp_path, backen
 
 def test_integral_float_n_step_is_a_count(tmp_path, backend):
     """``n_step`` follows the one rule for counts (``schema.check_count``): 3.0 is 3."""
-    with DiskReplay.create(tmp_path / "s", 10, backend=backend, fields=crash_fields()) as buf:
-        fill(buf, 6)
+    with DiskReplay.create(tmp_path / "s", 10, backend=backend, fields=FIELDS) as buf:
+        add_steps(buf, 6)
         assert_same(buf.get([0, 4], n_step=3.0, gamma=1), buf.get([0, 4], n_step=3, gamma=1.0))
 
 
 def test_closed_store_refuses_n_step(tmp_path, backend):
-    buf = DiskReplay.create(tmp_path / "s", 10, backend=backend, fields=crash_fields())
-    fill(buf, 2)
+    buf = DiskReplay.create(tmp_path / "s", 10, backend=backend, fields=FIELDS)
+    add_steps(buf, 2)
     buf.close()
     with pytest.raises(StoreClosedError):
         buf.sample(2, n_step=2)
@@ -274,8 +273,8 @@ def test_closed_store_refuses_n_step(tmp_path, backend):
 
 # ---------------------------------------------------------------- beside a live or dead writer
 def live_row_problems(batch, k, n, seen_before, seen_after, gamma=0.5) -> list[str]:
-    """Why rows sampled beside a live writer (``crash_common.step_args`` data, transition
-    ``t``'s reward t/2, done at t % 7 == 0, no truncations) are not the n-step rows of the
+    """Why rows sampled beside a live writer (``nstep_writer`` data: transition ``t``'s
+    reward t/2, done at t % 7 == 0, next state t + n, no truncations) are not the n-step rows of the
     transitions they start from, for some ``seen`` in ``[seen_before, seen_after]``."""
     problems = []
     for pos, t in enumerate(np.asarray(batch["actions"], np.int64).tolist()):
@@ -294,8 +293,7 @@ def live_row_problems(batch, k, n, seen_before, seen_after, gamma=0.5) -> list[s
         last = chain[m - 1]
         want_reward = np.float32(sum(gamma ** j * float(np.float32(c / 2)) for j, c in enumerate(chain[:m])))
         ns = batch["next_states"][pos]
-        given = last + n > seen_before and (ns == np.float32(last + n + .25)).all()  # the newest step's
-        ns_ok = (ns == np.float32(last + n)).all() or given
+        ns_ok = (ns == np.float32(last + n)).all()
         if not ((batch["states"][pos] == np.float32(t)).all() and batch["rewards"][pos] == want_reward and ns_ok
                 and bool(batch["dones"][pos]) == (last % 7 == 0) and int(batch["tags"][pos]) == -last):
             problems.append(f"row of {t} (m={m}) is not its n-step transition: "
@@ -307,12 +305,9 @@ def live_row_problems(batch, k, n, seen_before, seen_after, gamma=0.5) -> list[s
 def test_live_reader_n_step_rows_beside_a_writer_process(tmp_path, backend):
     store = str(tmp_path / "live.replay")
     n, k, gamma = 3, 4, 0.5
-    with DiskReplay.create(store, 29, num_envs=n, backend=backend, fields=crash_fields(), seed=3) as buf:
-        fill(buf, 1)
-    acks = Acks(str(tmp_path / "acks.txt"))
-    acks.reset()
-    writer = subprocess.Popen([sys.executable, CHILD, store, "--acks", acks.path, "--duration", "4",
-                               "--flush-prob", "0.01"], stdout=subprocess.DEVNULL)
+    with DiskReplay.create(store, 29, num_envs=n, backend=backend, fields=FIELDS, seed=3) as buf:
+        add_steps(buf, 1)
+    writer = subprocess.Popen([sys.executable, WRITER, store, "--duration", "4"])
     rows, problems = 0, []
     try:
         with DiskReplay.open(store, mode="r") as ro:
@@ -339,29 +334,23 @@ def test_dead_writers_store_read_virtually(tmp_path, backend):
     of the store as recovery will leave it, the same as the writer sees after recovery."""
     store = str(tmp_path / "dead.replay")
     n = 2
-    with DiskReplay.create(store, 23, num_envs=n, backend=backend, fields=crash_fields(), seed=3) as buf:
-        fill(buf, 1)
+    with DiskReplay.create(store, 23, num_envs=n, backend=backend, fields=FIELDS, seed=3) as buf:
+        add_steps(buf, 1)
     rng = np.random.default_rng(7)
     for _ in range(3):
-        acks = Acks(str(tmp_path / "acks.txt"))
-        acks.reset()
-        child = subprocess.Popen([sys.executable, CHILD, store, "--acks", acks.path, "--flush-prob", "0.05"],
-                                 stdout=subprocess.DEVNULL)
-        acked = 0
-        while acked < 200 and child.poll() is None:  # let it add a few hundred steps first
-            acked += len(acks.new_lines())
-            time.sleep(0.01)
+        with DiskReplay.open(store, mode="r") as ro:
+            start = ro.seen_size
+            child = subprocess.Popen([sys.executable, WRITER, store])
+            while ro.seen_size < start + 400 and child.poll() is None:  # let it add a few hundred first
+                time.sleep(0.01)
         time.sleep(rng.random() * 0.05)
         os.kill(child.pid, signal.SIGKILL)
         child.wait()
         with DiskReplay.open(store, mode="r") as ro:
             seen, idxs = ro.seen_size, np.arange(ro.size)
             got = ro.get(idxs, n_step=3, gamma=0.7)
-        model = ReplayModel(23, n)
-        for t in range(1, seen + 1, n):
-            s, a, r, ns, d, extra = step_args(t, n)
-            model.add(s, a, r, ns, d, **extra)
-        assert_same(got, model.nstep_get(idxs, 3, 0.7))
+        assert seen >= start + 400
+        assert_same(got, model_of(23, n, seen).nstep_get(idxs, 3, 0.7))
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RecoveryWarning)
             buf = DiskReplay.open(store, mode="r+")
@@ -378,8 +367,8 @@ def test_cli_sample_n_step(tmp_path, backend):
     from diskreplay.cli.main import main
 
     path = str(tmp_path / "s")
-    with DiskReplay.create(path, 20, num_envs=2, backend=backend, fields=crash_fields((2,))) as buf:
-        fill(buf, 5)
+    with DiskReplay.create(path, 20, num_envs=2, backend=backend, fields=FIELDS) as buf:
+        add_steps(buf, 5)
     r = CliRunner().invoke(main, ["sample", path, "-n", "3", "--seed", "0", "--n-step", "3", "--gamma", "0.5",
                                   "--json"])
     assert r.exit_code == 0, r.output
@@ -396,33 +385,16 @@ def test_cli_sample_n_step(tmp_path, backend):
         assert r.exit_code == 2 and message in r.output, r.output
 
 
-DIE_MID_ADD = """
-import os, signal, sys
-sys.path.insert(0, sys.argv[2])
-import diskreplay.writer as writer
-from crash_common import step_args
-from diskreplay import DiskReplay
-buf = DiskReplay.open(sys.argv[1])
-first = buf.seen_size + 1
-writer.commit_step = lambda *a: os.kill(os.getpid(), signal.SIGKILL)  # rows written, commit never made
-s, a, r, ns, d, extra = step_args(first, buf.num_envs)
-buf._session.add(s, a, r, ns, d, extra)
-"""
-
-
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_a_writer_killed_mid_add_is_read_through_its_undo_rows(tmp_path, backend):
     """The killed add half-overwrote the oldest slots: a reader's n-step chains read those
     rows (and successors' fields) from the undo reserve, as recovery will restore them."""
     store, n, steps = str(tmp_path / "s"), 2, 9
-    with DiskReplay.create(store, 11, num_envs=n, backend=backend, fields=crash_fields(), seed=1) as buf:
-        fill(buf, steps)  # wrapped: the next step overwrites the oldest rows
-    child = subprocess.run([sys.executable, "-c", DIE_MID_ADD, store, os.path.dirname(CHILD)])
+    with DiskReplay.create(store, 11, num_envs=n, backend=backend, fields=FIELDS, seed=1) as buf:
+        add_steps(buf, steps)  # wrapped: the next step overwrites the oldest rows
+    child = subprocess.run([sys.executable, WRITER, store, "--die-mid-add"])
     assert child.returncode == -signal.SIGKILL
-    model = ReplayModel(11, n)
-    for t in range(1, steps * n + 1, n):
-        s, a, r, ns, d, extra = step_args(t, n)
-        model.add(s, a, r, ns, d, **extra)
+    model = model_of(11, n, steps * n)
     idxs = np.arange(11)
     with DiskReplay.open(store, mode="r") as ro:
         assert ro._session.needs_recovery() and ro.seen_size == steps * n
