@@ -215,6 +215,50 @@ def test_empty_selection_has_every_key(tmp_path, backend):
         assert all(len(v) == 0 for v in got.values())
 
 
+@pytest.mark.parametrize("num_envs,max_size", [(1, 9), (3, 17)])
+def test_n_step_rows_agree_with_plain_gets_of_their_chain(tmp_path, backend, num_envs, max_size):
+    """On autoreset data (the step after an episode end starts from a fresh state, not the
+    next state given to add), each n-step row is made of what plain ``get`` returns for its
+    chain: the first slot's states and actions, the chain's discounted rewards, the last
+    slot's next state, dones and extras. A chain cut short with a successor present must
+    end at a done, a truncation, or a next state that is not the successor's state (a jump)."""
+    n, k, gamma = num_envs, 4, 0.5
+    fields = nstep_fields("float32", truncation=True)
+    rng = np.random.default_rng(3)
+    with DiskReplay.create(tmp_path / "s", max_size, num_envs=n, backend=backend, fields=fields) as buf:
+        obs = rng.normal(size=(n, 3)).astype(np.float32)
+        for _ in range(13):
+            next_obs = rng.normal(size=(n, 3)).astype(np.float32)
+            dones, truncs = rng.random(n) < 0.2, rng.random(n) < 0.1
+            args = [obs, np.arange(n), rng.normal(size=n).astype(np.float32), next_obs, dones]
+            extra = {"tags": rng.integers(0, 9, (n, 2)).astype(np.int16), "truncateds": truncs}
+            if n == 1:
+                args, extra = [v[0] for v in args], {key: v[0] for key, v in extra.items()}
+            buf.add(*args, **extra)
+            ended = (dones | truncs | (rng.random(n) < 0.2))[:, None]  # also unmarked resets
+            obs = np.where(ended, rng.normal(size=(n, 3)).astype(np.float32), next_obs)
+        idxs = np.arange(max_size)
+        got, plain = buf.get(idxs, n_step=k, gamma=gamma), buf.get(idxs)
+        m = np.rint(-np.log2(got["discounts"])).astype(np.int64)
+        chain = (idxs[:, None] + np.arange(k) * n) % max_size
+        last = chain[idxs, m - 1]
+        at_last = buf.get(last)
+        for key in ("states", "actions"):
+            np.testing.assert_array_equal(got[key], plain[key], err_msg=key)
+        for key in ("next_states", "dones", "truncateds", "tags"):
+            np.testing.assert_array_equal(got[key], at_last[key], err_msg=key)
+        newest = buf.seen_size
+        held = ring.transition_of_slots(idxs, newest, 0, max_size)
+        for row in idxs:
+            steps = buf.get(chain[row, :m[row]])
+            weights = gamma ** np.arange(m[row])
+            assert got["rewards"][row] == np.float32((weights * steps["rewards"].astype(np.float64)).sum())
+            assert not (steps["dones"][:-1] | steps["truncateds"][:-1]).any()
+            successor = held[row] + m[row] * n
+            if m[row] < k and successor <= newest and not (steps["dones"][-1] or steps["truncateds"][-1]):
+                assert not np.array_equal(at_last["next_states"][row], plain["states"][chain[row, m[row]]])
+
+
 # ---------------------------------------------------------------- bad input
 BAD = [
     (dict(n_step=0), InvalidArgumentError, "n_step must be >= 1"),
