@@ -261,21 +261,26 @@ def episodes(path: str, last, start, stop, env, as_json: bool) -> None:
 @click.option("-n", "n", type=click.IntRange(min=1), help="Batch size (default: the store's batch_size).")
 @click.option("--seed", type=click.IntRange(min=0),
               help="Draw indices with an own generator seeded with S (reproducible).")
+@click.option("--n-step", "n_step", type=int, default=1, show_default=True,
+              help="n-step returns over up to N transitions of each env (adds discounts).")
+@click.option("--gamma", type=float, default=0.99, show_default=True, help="Discount of the n-step returns.")
 @click.option("--json", "as_json", is_flag=True, help="Print the batch as a JSON dict of lists.")
 @handle_errors
-def sample(path, n, seed, as_json) -> None:
+def sample(path, n, seed, n_step, gamma, as_json) -> None:
     """Draw a batch from the store at PATH, as sample() returns it.
 
     Without --seed the batch is the one the store's own sampler would draw next;
     either way the store's sampler state is never moved. With --seed, indices are
     uniform in [0, size) from numpy's default_rng(S). --json adds the drawn slots
-    under "idxs".
+    under "idxs". --n-step N gives n-step rows (discounted rewards over up to N
+    transitions of each env and episode, and their discounts), as sample(n_step=N).
 
     Example: diskreplay sample runs/pong.replay -n 4 --seed 0 --json
     """
     with open_reader(path) as buf:
-        idxs, batch = sample_batch(buf, n, seed=seed)
+        idxs, batch = sample_batch(buf, n, seed=seed, n_step=n_step, gamma=gamma)
         keys = batch_keys(buf)
+        keys += [key for key in batch if key not in keys]  # discounts, with --n-step
     if as_json:
         echo_json({"idxs": idxs, **{k: batch[k] for k in keys}})
     else:

@@ -23,7 +23,8 @@ TRUNCATION_FIELD = "truncateds"
 
 
 def _any_per_row(values, rows: int) -> np.ndarray:
-    return np.asarray(values).reshape(rows, -1).any(axis=1)
+    values = np.asarray(values)
+    return values.reshape(rows, values.size // rows if rows else 0).any(axis=1)  # (0, -1) is no shape
 
 
 def episode_ends(batch: Mapping[str, np.ndarray], jumps: np.ndarray | None = None) -> np.ndarray:

@@ -14,6 +14,10 @@ class InvalidArgumentError(DiskReplayError, ValueError):
     """An argument to a diskreplay function is out of range or of the wrong kind."""
 
 
+class NStepTooLargeError(InvalidArgumentError):
+    """``n_step`` asks for longer chains of one env's transitions than the store's ring can hold."""
+
+
 class SchemaMismatchError(DiskReplayError, ValueError):
     """Data passed to ``add`` does not match the store's field shapes or dtypes."""
 

@@ -45,6 +45,31 @@ class Gatherer:
             batch["next_states"][in_buffer] = ns_rows.take(buffer_idx[in_buffer], axis=0)
         return batch
 
+    def gather_some(self, idxs: np.ndarray, head: int, ns_rows: np.ndarray, names) -> dict:
+        """Only the fields ``names`` (``next_states`` among them if wanted) of the rows at
+        ``idxs``: what n-step chains read from successors, without their states."""
+        fields = [name for name in names if name != "next_states"]
+        want_ns = len(fields) < len(names)
+        if want_ns:
+            ns_slots, in_buffer, buffer_idx = ring.next_state_sources(idxs, head, self.max_size, self.num_envs)
+        if want_ns and self.large_rows and not self.rows_cached(ns_slots[:PROBE_ROWS]):
+            if self.row_reader is None:
+                self.row_reader = RowReader()
+            locations, requests, batch = self.storage.locations, [], {}
+            for name, slots in [(name, idxs) for name in fields] + [("next_states", ns_slots)]:
+                spec = self.fields["states" if name == "next_states" else name]
+                batch[name] = np.empty((len(idxs),) + spec.shape, spec.dtype)
+                requests.append(locations["states" if name == "next_states" else name] + (slots, batch[name]))
+            self.row_reader.gather_many(requests)
+        else:
+            arrays = self.storage.gather_arrays
+            batch = {name: arrays[name].take(idxs, axis=0) for name in fields}
+            if want_ns:
+                batch["next_states"] = arrays["states"].take(ns_slots, axis=0)
+        if want_ns and in_buffer.any():
+            batch["next_states"][in_buffer] = ns_rows.take(buffer_idx[in_buffer], axis=0)
+        return batch
+
     def rows_cached(self, idxs) -> bool:
         """Whether to copy a large-row batch from the gather mapping: the first page of each
         of these rows is in the page cache (a one-byte ``RWF_NOWAIT`` read each, a

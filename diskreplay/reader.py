@@ -113,24 +113,37 @@ class Reader(Session):
     # ------------------------------------------------------------------ consistent reads
     def _gather(self, idxs: np.ndarray, head: int) -> dict:
         """A gather that no concurrent add tore: retried while the writer touched the rows."""
+        return self._read(lambda gather, head: (gather(idxs), idxs))
+
+    def _read(self, read) -> dict:
+        """``read(gather, head)`` (see ``Session._read``) on one snapshot, retried while a
+        concurrent add touched any slot it read (or their next-state slots), so that no
+        result mixes two versions of a slot; for a dead writer's store, rows of its
+        interrupted add are patched from the undo reserve in every gather."""
         deadline = time.monotonic() + READ_PATIENCE
         while time.monotonic() < deadline:
             key, view = self.key, self.view
             seen, n = self.seen, self.num_envs
             head = ring.ring_head(seen, self.base, self.max_size)
-            ns_copy = self.current_ns().copy()
-            batch = self.gatherer.gather(idxs, head, ns_copy)
+            gather = self._row_gather(head, self.current_ns().copy())
             if view is not None and view.overlay is not None:
-                self._apply_overlay(batch, idxs, head, view)
-                return batch
+                return read(self._overlaid(gather, head, view), head)[0]
+            result, slots = read(gather, head)
             words = self.counters.words
             intent = int(words[W_INTENT])
             if int(words[W_KEY]) == key and int(words[W_RESETS]) == self.resets and \
-                    not self._touched(idxs, head, intent, ns_touched=intent >= seen + 2 * n):
-                return batch
+                    not self._touched(slots, head, intent, ns_touched=intent >= seen + 2 * n):
+                return result
             time.sleep(0.0002)
             self.refresh()
         raise TornReadError(f"{self.path}: the writer kept overwriting the requested rows; try again")
+
+    def _overlaid(self, gather, head, view: VirtualView):
+        def gather_restored(slots, names=None):
+            batch = gather(slots, names)
+            self._apply_overlay(batch, slots, head, view)
+            return batch
+        return gather_restored
 
     def _touched(self, idxs, head, intent, ns_touched) -> bool:
         """Whether the writer may have rewritten any of these slots (or their next-state
@@ -159,8 +172,10 @@ class Reader(Session):
         for pos, slot in enumerate(idxs.tolist()):
             k = slot_to_k.get(slot)
             if k is not None:
-                for name in self.fields:
+                for name in self.fields.keys() & batch.keys():
                     batch[name][pos] = ckfile.read_reserve_rows(checkpoint.slot, name, [k])[0]
+        if "next_states" not in batch:
+            return
         ns_slots, in_buffer, _ = ring.next_state_sources(idxs, head, self.max_size, self.num_envs)
         for pos, slot in enumerate(ns_slots.tolist()):
             k = slot_to_k.get(slot)

@@ -23,6 +23,7 @@ from .errors import (CorruptStoreError, EmptyStoreError, IndexOutOfRangeError, I
 from .gather import Gatherer
 from .layout import DataFiles, check_is_store
 from .lock import WriterLock
+from .nstep import nstep_batch
 from .rowsums import torn_slots
 from .schema import FieldSpec
 
@@ -124,13 +125,14 @@ class Session:
         return self.data.storage if self.data is not None else None
 
     # ------------------------------------------------------------------ reading
-    def sample(self, batch_size: int, use_cer: bool) -> tuple[np.ndarray, dict]:
-        """``(idxs, batch)``: ``batch_size`` slots drawn uniformly from the occupied ones."""
+    def sample(self, batch_size: int, use_cer: bool, n_step: int = 1, gamma: float = 0.99) -> tuple[np.ndarray, dict]:
+        """``(idxs, batch)``: ``batch_size`` slots drawn uniformly from the occupied ones
+        (n-step rows when ``n_step > 1``; the facade checked both arguments)."""
         with self.mutex:
             self._enter_read()
-            return self._sample(batch_size, use_cer)
+            return self._sample(batch_size, use_cer, n_step, gamma)
 
-    def _sample(self, batch_size: int, use_cer: bool) -> tuple[np.ndarray, dict]:
+    def _sample(self, batch_size: int, use_cer: bool, n_step: int = 1, gamma: float = 0.99):
         self.refresh()
         size = ring.ring_size(self.seen, self.base, self.max_size)
         if size == 0:
@@ -138,7 +140,9 @@ class Session:
         head = ring.ring_head(self.seen, self.base, self.max_size)
         idxs = self.sampler.sample_idxs(size, batch_size, use_cer, head)
         self._drew()
-        return idxs, self._gather(idxs, head)
+        if n_step == 1:
+            return idxs, self._gather(idxs, head)
+        return idxs, self._gather_nstep(idxs, n_step, gamma)
 
     def bind_add(self):
         """A specialised ``add`` for the facade to install, or None (see ``Writer.bind_add``)."""
@@ -147,20 +151,52 @@ class Session:
     def _drew(self) -> None:
         """Hook after the sampler advanced (the writer records its position)."""
 
-    def get(self, idxs) -> dict:
+    def get(self, idxs, n_step: int = 1, gamma: float = 0.99) -> dict:
         with self.mutex:
             self._enter_read()
-            return self._get(idxs)
+            return self._get(idxs, n_step, gamma)
 
-    def _get(self, idxs) -> dict:
+    def _get(self, idxs, n_step: int = 1, gamma: float = 0.99) -> dict:
         self.refresh()
         idxs = self._checked_idxs(idxs)
         if self.fields is None:
             return {}  # no fields yet, and _checked_idxs allowed only an empty selection
-        return self._gather(idxs, ring.ring_head(self.seen, self.base, self.max_size))
+        if n_step == 1:
+            return self._gather(idxs, ring.ring_head(self.seen, self.base, self.max_size))
+        return self._gather_nstep(idxs, n_step, gamma)
 
     def _gather(self, idxs: np.ndarray, head: int) -> dict:
         return self.gatherer.gather(idxs, head, self.current_ns())
+
+    def _gather_nstep(self, idxs: np.ndarray, n_step: int, gamma: float) -> dict:
+        """n-step rows for ``idxs`` (``nstep.py``), every row and successor read from one snapshot."""
+        def read(gather, head):
+            return nstep_batch(idxs, gather, lambda slots: self._jumps(slots, head), seen=self.seen,
+                               base=self.base, max_size=self.max_size, num_envs=self.num_envs, n_step=n_step,
+                               gamma=gamma, fields=self.fields)
+        return self._read(read)
+
+    def _read(self, read: Callable) -> dict:
+        """``read(gather, head)`` on the current snapshot: ``gather(slots, names=None)``
+        returns rows (``Gatherer.gather``, or ``gather_some`` of ``names``); ``read``
+        returns ``(result, every slot it read)``. Readers retry it while a writer touched
+        those slots (``Reader._read``); in the writer's process nothing can."""
+        head = ring.ring_head(self.seen, self.base, self.max_size)
+        ns_rows = self.current_ns()
+        return read(self._row_gather(head, ns_rows), head)[0]
+
+    def _row_gather(self, head: int, ns_rows: np.ndarray) -> Callable:
+        """The ``gather`` that ``_read`` hands to its ``read``."""
+        def gather(slots, names=None):
+            if names is None:
+                return self.gatherer.gather(slots, head, ns_rows)
+            return self.gatherer.gather_some(slots, head, ns_rows, names)
+        return gather
+
+    def _jumps(self, idxs: np.ndarray, head: int) -> np.ndarray:
+        """bool per slot in idxs: True where that slot's transition has a recorded exception
+        (its next state is not the next row's state of the same env)."""
+        return np.zeros(len(idxs), bool)  # a stub: the core's side ring of exact next states replaces it
 
     def _checked_idxs(self, idxs) -> np.ndarray:
         arr = np.asarray(idxs)

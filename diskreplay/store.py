@@ -21,6 +21,7 @@ from .episodereader import EpisodeReader
 from .errors import InvalidArgumentError, RecoveryWarning, StoreClosedError
 from .prefetch import Prefetcher
 from .layout import check_path
+from .nstep import check_n_step
 from .reader import Reader
 from .schema import check_count, check_row_sizes, normalize_fields
 from .session import Session
@@ -202,28 +203,48 @@ class DiskReplay:
         self._session.reset()
 
     # ------------------------------------------------------------------ reading
-    def sample(self, batch_size: int | None = None) -> dict:
+    def sample(self, batch_size: int | None = None, *, n_step: int = 1, gamma: float = 0.99) -> dict:
         """A batch of uniformly sampled transitions: a dict of arrays with keys
         ``states, actions, rewards, next_states, dones`` (and extras), in the order of
-        ``self.batch_idxs``. With ``use_cer`` the last index is the newest transition."""
+        ``self.batch_idxs``. With ``use_cer`` the last index is the newest transition.
+
+        With ``n_step`` k > 1, each row is an n-step transition: ``rewards`` is the
+        discounted sum over up to k transitions of the same env and episode (stopping
+        after the first that ends it, or at the newest added), ``next_states``, ``dones``
+        and extras are those of the last transition included, and ``discounts`` (float32)
+        is ``gamma ** m``, m the number included. Float rewards keep their dtype, integer
+        and bool rewards give float32 sums (``diskreplay/nstep.py``). Bad ``n_step`` or
+        ``gamma`` raise ``InvalidArgumentError`` (``NStepTooLargeError`` when the ring
+        cannot hold k transitions of one env) before the sampler advances."""
         self._check_open()
         batch_size = self.batch_size if batch_size is None else _check_batch_size(batch_size)
-        self.batch_idxs, batch = self._session.sample(batch_size, self.use_cer)
+        # The defaults skip the checks (a W1 batch of 32 takes about 10 us); anything else,
+        # arrays included, is checked before the sampler moves.
+        if n_step.__class__ is not int or gamma.__class__ is not float or n_step != 1 or gamma != 0.99:
+            n_step, gamma = check_n_step(n_step, gamma, self.max_size, self.num_envs)
+        self.batch_idxs, batch = self._session.sample(batch_size, self.use_cer, n_step, gamma)
         return batch
 
-    def get(self, idxs) -> dict:
-        """The transitions at the given slot indices, as ``sample`` returns them."""
+    def get(self, idxs, *, n_step: int = 1, gamma: float = 0.99) -> dict:
+        """The transitions at the given slot indices, as ``sample`` returns them (n-step
+        rows when ``n_step > 1``, as ``sample`` describes)."""
         self._check_open()
-        return self._session.get(idxs)
+        if n_step.__class__ is not int or gamma.__class__ is not float or n_step != 1 or gamma != 0.99:
+            n_step, gamma = check_n_step(n_step, gamma, self.max_size, self.num_envs)
+        return self._session.get(idxs, n_step, gamma)
 
-    def batches(self, batch_size: int | None = None, *, prefetch: int = 2, count: int | None = None):
-        """An iterator of ``sample(batch_size)`` batches prepared ``prefetch`` ahead in a
-        background thread (``count`` batches, or until closed). Deterministic for a seeded
-        store; use it as a context manager or call ``close()``. The thread takes the
-        store's mutex for each batch, as every operation does, so a batch never mixes rows
-        with a concurrent add. Batches prepared but not taken still advanced the sampler."""
+    def batches(self, batch_size: int | None = None, *, prefetch: int = 2, count: int | None = None,
+                n_step: int = 1, gamma: float = 0.99):
+        """An iterator of ``sample(batch_size, n_step=n_step, gamma=gamma)`` batches prepared
+        ``prefetch`` ahead in a background thread (``count`` batches, or until closed).
+        Deterministic for a seeded store; use it as a context manager or call ``close()``.
+        The thread takes the store's mutex for each batch, as every operation does, so a
+        batch never mixes rows with a concurrent add. Batches prepared but not taken still
+        advanced the sampler."""
         self._check_open()
-        prefetcher = Prefetcher(lambda: self.sample(batch_size), prefetch=prefetch, count=count)
+        n_step, gamma = check_n_step(n_step, gamma, self.max_size, self.num_envs)  # here, not in the thread
+        prefetcher = Prefetcher(lambda: self.sample(batch_size, n_step=n_step, gamma=gamma), prefetch=prefetch,
+                                count=count)
         self._prefetchers.add(prefetcher)
         return prefetcher
 

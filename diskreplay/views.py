@@ -92,9 +92,10 @@ def read_block(buf: DiskReplay, *, head: int | None = None, tail: int | None = N
     raise OvertakenError(f"the live writer kept overwriting the requested rows; {TOO_FAST}")
 
 
-def sample_batch(buf: DiskReplay, batch_size: int | None = None, *, seed: int | None = None
-                 ) -> tuple[np.ndarray, dict]:
-    """``(slots, batch)`` of a batch of ``batch_size`` (default: the store's ``batch_size``).
+def sample_batch(buf: DiskReplay, batch_size: int | None = None, *, seed: int | None = None,
+                 n_step: int = 1, gamma: float = 0.99) -> tuple[np.ndarray, dict]:
+    """``(slots, batch)`` of a batch of ``batch_size`` (default: the store's ``batch_size``),
+    of n-step rows when ``n_step > 1`` (``DiskReplay.sample``).
 
     Without ``seed`` it is ``buf.sample()`` (on a store opened with ``mode="r"``, the
     batch the store's own sampler draws next, and the persisted sampler does not move);
@@ -102,13 +103,14 @@ def sample_batch(buf: DiskReplay, batch_size: int | None = None, *, seed: int | 
     _require_fields(buf)
     n = buf.batch_size if batch_size is None else batch_size
     if seed is None:
-        batch = buf.sample(n)
+        batch = buf.sample(n, n_step=n_step, gamma=gamma)
         return np.asarray(buf.batch_idxs), batch
     size = buf.size
     if size == 0:
         raise EmptyStoreError(f"cannot sample from {buf.path}: the store is empty; add transitions first")
+    buf.get([], n_step=n_step, gamma=gamma)  # bad arguments refused before drawing
     slots = np.random.default_rng(seed).integers(0, size, n, dtype=np.int64)
-    return slots, buf.get(slots)
+    return slots, buf.get(slots, n_step=n_step, gamma=gamma)
 
 
 def disk_bytes(path) -> int:

@@ -52,14 +52,49 @@ class ReplayModel:
         return (laps * self.max_size + slot) if slot < rem else ((laps - 1) * self.max_size + slot)
 
     def row(self, slot: int) -> dict:
-        pos = self.slot_position(slot)
+        return self.row_at(self.slot_position(slot))
+
+    def row_at(self, pos: int, jumped: bool = False) -> dict:
+        """The transition at ``epoch[pos]`` as ``get`` returns it; ``jumped``: the store
+        recorded its next state as an exception, so it is the one given to ``add``."""
         row = dict(self.epoch[pos])
         later = pos + self.num_envs
-        row["next_states"] = (self.epoch[later]["states"] if later < len(self.epoch)
+        row["next_states"] = (self.epoch[later]["states"] if later < len(self.epoch) and not jumped
                               else row["given_next_state"])
         del row["given_next_state"]
         return row
 
     def get(self, idxs) -> dict:
         rows = [self.row(int(i)) for i in idxs]
+        return {k: np.stack([r[k] for r in rows]) for k in rows[0]}
+
+    def number_of(self, pos: int) -> int:
+        """Transition number (1-based, as ``seen_size`` counts) of ``epoch[pos]``."""
+        return self.seen_size - len(self.epoch) + pos + 1
+
+    def nstep_row(self, slot: int, n_step: int, gamma: float, jumped=frozenset()) -> dict:
+        """The n-step transition at ``slot``, one successor at a time: up to ``n_step``
+        transitions of its env (``num_envs`` apart, only those added), stopping after one
+        with ``dones`` or ``truncateds`` set or whose number is in ``jumped``."""
+        pos = self.slot_position(slot)
+        first = self.epoch[pos]
+        total, m, last = 0.0, 0, pos
+        for j in range(n_step):
+            p = pos + j * self.num_envs
+            if p >= len(self.epoch):
+                break
+            step = self.epoch[p]
+            total = total + gamma ** j * np.asarray(step["rewards"], np.float64)
+            m, last = m + 1, p
+            if np.any(step["dones"]) or np.any(step.get("truncateds", False)) or self.number_of(p) in jumped:
+                break
+        row = self.row_at(last, self.number_of(last) in jumped)
+        row["states"], row["actions"] = first["states"], first["actions"]
+        reward_dtype = np.asarray(first["rewards"]).dtype
+        row["rewards"] = np.asarray(total).astype(reward_dtype if reward_dtype.kind == "f" else np.float32)
+        row["discounts"] = np.float32(gamma ** m)
+        return row
+
+    def nstep_get(self, idxs, n_step: int, gamma: float, jumped=frozenset()) -> dict:
+        rows = [self.nstep_row(int(i), n_step, gamma, jumped) for i in idxs]
         return {k: np.stack([r[k] for r in rows]) for k in rows[0]}
