@@ -65,7 +65,7 @@ def export_minari(buf, root, *, start: int | None = None, stop: int | None = Non
     "dataset_id", "path"}``."""
     dataset_id = default_dataset_id(buf.path) if dataset_id is None else dataset_id
     if not isinstance(dataset_id, str) or not DATASET_ID.fullmatch(dataset_id):
-        raise InvalidArgumentError(f"dataset_id must look like name-v0 (letters, digits, - and _, then -v and "
+        raise InvalidArgumentError(f"the dataset id must look like name-v0 (letters, digits, - and _, then -v and "
                                    f"a version number; no namespace), got {dataset_id!r}")
     root = os.path.abspath(os.fspath(root))
     if os.path.exists(root) and not os.path.isdir(root):
