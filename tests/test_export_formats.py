@@ -9,20 +9,16 @@ store with exact next states (the read API is all the exporters use).
 """
 from __future__ import annotations
 
-import gc
 import os
 import subprocess
 import sys
-import threading
-import time
 
 import h5py
 import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from diskreplay import (DiskReplay, EmptyStoreError, InvalidArgumentError, MissingDependencyError,
-                        OutputExistsError, ring)
+from diskreplay import DiskReplay, EmptyStoreError, InvalidArgumentError, OutputExistsError, ring
 from diskreplay.chrono import ChronoReader
 from diskreplay.cli.main import main
 from diskreplay.export import export_store
@@ -227,3 +223,160 @@ def test_minari_overwrite_replaces_only_with_overwrite(tmp_path, monkeypatch):
     assert second["episodes"] > first["episodes"]
     assert len(load_minari(root, "s-v0", monkeypatch)) == second["episodes"]
     assert sorted(os.listdir(root)) == ["s-v0"]
+
+
+# ---------------------------------------------------------------- memory
+BIG_ROWS, BIG_STATE, BIG_ENVS = 56_000, 512, 64  # 2 KiB states: 109 MiB of states, 219 MiB with next states
+ANON_BOUND = 100 << 20  # what an export may add to anonymous memory (a block of rows is 16 MiB)
+
+# Run in a fresh interpreter, so that no earlier test's heap hides what the export allocates:
+# the peak of RssAnon (sampled every millisecond by a thread) minus its value before the export.
+MEASURE = """
+import sys, threading, time
+from diskreplay import DiskReplay
+from diskreplay.export import export_store
+
+def rss_anon():
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) << 10 for line in f if line.startswith("RssAnon:"))
+
+path, out, fmt = sys.argv[1:]
+with DiskReplay.open(path, mode="r") as buf:
+    import h5py, minari  # imported before the baseline: their modules are not the export's memory
+    base = peak = rss_anon()
+    done = threading.Event()
+    def watch():
+        global peak
+        while not done.is_set():
+            peak = max(peak, rss_anon())
+            time.sleep(0.001)
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        rows = export_store(buf, out, fmt=fmt)["rows"]
+    finally:
+        done.set()
+        watcher.join()
+print(rows, max(peak, rss_anon()) - base)
+"""
+
+
+@pytest.fixture(scope="module", params=["memmap", "hdf5"])
+def big_store(request, tmp_path_factory):
+    path = tmp_path_factory.mktemp("big") / "big.replay"
+    fields = {"states": ((BIG_STATE,), "float32"), "actions": ((), "int64"), "rewards": ((), "float32"),
+              "dones": ((), "bool")}
+    with DiskReplay.create(path, BIG_ROWS, num_envs=BIG_ENVS, backend=request.param, seed=0, fields=fields) as buf:
+        states = np.random.default_rng(0).normal(size=(BIG_ENVS, BIG_STATE)).astype(np.float32)
+        for step in range(BIG_ROWS // BIG_ENVS):
+            # Episodes of 100 steps; the next states are the same rows shifted (any bytes do).
+            buf.add(states, np.full(BIG_ENVS, step), np.ones(BIG_ENVS, np.float32), np.roll(states, 1, axis=0),
+                    np.full(BIG_ENVS, step % 100 == 99))
+    return path
+
+
+@pytest.mark.parametrize("fmt", ["npz", "hdf5", "d4rl", "minari"])
+def test_exports_keep_anonymous_memory_flat(big_store, tmp_path, fmt):
+    materialized = BIG_ROWS * BIG_STATE * 4 * 2
+    assert materialized > 2 * ANON_BOUND  # holding the rows would break the bound
+    out = tmp_path / ("datasets" if fmt == "minari" else f"big.{fmt}")
+    p = subprocess.run([sys.executable, "-c", MEASURE, str(big_store), str(out), fmt], capture_output=True,
+                       text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    rows, grown = map(int, p.stdout.split())
+    # minari leaves out the episodes the data's end cuts (the last BIG_ROWS // BIG_ENVS % 100 steps).
+    assert rows == BIG_ROWS - (BIG_ENVS * (BIG_ROWS // BIG_ENVS % 100) if fmt == "minari" else 0)
+    assert grown < ANON_BOUND, f"{fmt}: anonymous memory grew by {grown >> 20} MiB"
+
+
+# ---------------------------------------------------------------- bad input
+def cli(*args):
+    r = CliRunner().invoke(main, [str(a) for a in args], prog_name="diskreplay")
+    if r.exception is not None and not isinstance(r.exception, SystemExit):
+        raise r.exception
+    return r
+
+
+def test_bad_input_from_python(tmp_path, backend):
+    path = make_store(tmp_path / "s.replay", backend, 2, seed=1)
+    with DiskReplay.open(path, mode="r") as buf:
+        for kwargs, error in (({"fmt": "parquet"}, "fmt must be one of"),
+                              ({"fmt": "minari", "dataset_id": "a/b-v0"}, "dataset id must look like"),
+                              ({"fmt": "minari", "dataset_id": "noversion"}, "dataset id must look like"),
+                              ({"fmt": "d4rl", "dataset_id": "x-v0"}, "for the minari format"),
+                              ({"fmt": "d4rl", "include_incomplete": True}, "for the minari format")):
+            with pytest.raises(InvalidArgumentError, match=error):
+                export_store(buf, tmp_path / "out", **kwargs)
+        for fmt in ("d4rl", "minari"):
+            with pytest.raises(InvalidArgumentError, match="inside the store"):
+                export_store(buf, tmp_path / "s.replay" / "out", fmt=fmt)
+        (tmp_path / "file").write_bytes(b"old")
+        with pytest.raises(OutputExistsError, match="overwrite"):
+            export_store(buf, tmp_path / "file", fmt="d4rl", overwrite=False)
+        with pytest.raises(InvalidArgumentError, match="it is a file"):
+            export_store(buf, tmp_path / "file", fmt="minari")
+        with pytest.raises(InvalidArgumentError, match="is a directory"):
+            export_store(buf, tmp_path, fmt="d4rl")
+        with pytest.raises(InvalidArgumentError, match="does not exist"):
+            export_store(buf, tmp_path / "missing" / "root", fmt="minari")
+    assert (tmp_path / "file").read_bytes() == b"old"
+    assert sorted(os.listdir(tmp_path)) == ["file", "s.replay"]  # nothing half-written left
+    fields = dict(FIELDS, rewards=((2,), "float32"))
+    with DiskReplay.create(tmp_path / "r2.replay", 4, backend=backend, seed=0, fields=fields) as buf:
+        with pytest.raises(InvalidArgumentError, match="one reward per transition"):
+            export_store(buf, tmp_path / "r2.h5", fmt="d4rl")
+    with DiskReplay.create(tmp_path / "u.replay", 4, backend=backend, seed=0) as buf:
+        for fmt in ("d4rl", "minari", "npz"):
+            with pytest.raises(EmptyStoreError):
+                export_store(buf, tmp_path / "u.out", fmt=fmt)
+    assert not (tmp_path / "u.out").exists() and not (tmp_path / "r2.h5").exists()
+
+
+def test_bad_input_from_the_command_line(tmp_path):
+    path = make_store(tmp_path / "s.replay", "memmap", 2, seed=1)
+    root = tmp_path / "datasets"
+    r = cli("export", path, tmp_path / "o.h5", "--format", "parquet")
+    assert r.exit_code == 2 and "parquet" in r.stderr
+    r = cli("export", path, tmp_path / "s.replay" / "o.h5", "--format", "d4rl")
+    assert r.exit_code == 2 and "inside the store" in r.stderr
+    r = cli("export", path, root, "--format", "minari", "--dataset-id", "bad id")
+    assert r.exit_code == 2 and "dataset id must look like" in r.stderr
+    assert cli("export", path, tmp_path / "o.h5", "--format", "d4rl").exit_code == 0
+    r = cli("export", path, tmp_path / "o.h5", "--format", "d4rl")
+    assert r.exit_code == 1 and "--overwrite" in r.stderr
+    assert cli("export", path, tmp_path / "o.h5", "--format", "d4rl", "--overwrite").exit_code == 0
+    r = cli("export", path, root, "--format", "minari")
+    assert r.exit_code == 0 and "s-v0" in r.stdout and "incomplete episodes" in r.stderr
+    r = cli("export", path, root, "--format", "minari")
+    assert r.exit_code == 1 and "--overwrite" in r.stderr and "overwrite=True" not in r.stderr
+    assert cli("export", path, root, "--format", "minari", "--overwrite", "--include-incomplete").exit_code == 0
+    with DiskReplay.create(tmp_path / "u.replay", 4, seed=0):
+        pass
+    r = cli("export", tmp_path / "u.replay", tmp_path / "u.h5", "--format", "d4rl")
+    assert r.exit_code == 1 and "holds no transitions" in r.stderr and not (tmp_path / "u.h5").exists()
+
+
+# A real import failure: a finder that refuses minari, installed before anything imports it.
+BLOCK_MINARI = """
+import sys
+class Block:
+    def find_spec(self, name, path=None, target=None):
+        if name == "minari" or name.startswith("minari."):
+            raise ModuleNotFoundError(f"No module named {name!r}")
+sys.meta_path.insert(0, Block())
+from diskreplay.cli.main import main
+sys.argv = ["diskreplay"] + sys.argv[1:]
+main()
+"""
+
+
+def test_minari_missing_says_how_to_install_it(tmp_path):
+    path = make_store(tmp_path / "s.replay", "memmap", 1, seed=2)
+    p = subprocess.run([sys.executable, "-c", BLOCK_MINARI, "export", path, str(tmp_path / "root"), "--format",
+                        "minari"], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 1, p.stderr
+    assert "pip install 'diskreplay[minari]'" in p.stderr and "Traceback" not in p.stderr
+    assert not (tmp_path / "root").exists()
+    p = subprocess.run([sys.executable, "-c", BLOCK_MINARI, "export", path, str(tmp_path / "o.h5"), "--format",
+                        "d4rl"], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr  # the other formats never need it
