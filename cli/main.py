@@ -351,8 +351,8 @@ def export(path, out, fmt, start, stop, dataset_id, include_incomplete, overwrit
     if fmt != "minari":
         click.echo(f"exported {result['rows']} transitions to {out} ({fmt})")
         return
-    click.echo(f"exported {result['episodes']} episodes ({result['rows']} transitions) to {result['path']} "
-               f"(minari dataset {result['dataset_id']}; load it with MINARI_DATASETS_PATH={os.path.dirname(result['path'])})")
+    click.echo(f"exported {result['episodes']} episodes ({result['rows']} transitions) to "
+               f"{os.path.join(out, result['dataset_id'])} (load it with MINARI_DATASETS_PATH={out})")
     if result["skipped_incomplete"]:
         click.echo(f"note: skipped {result['skipped_incomplete']} incomplete episodes (cut by the ring or not "
                    "ended); --include-incomplete keeps them", err=True)
