@@ -155,6 +155,48 @@ def test_d4rl_timeouts_at_autoreset_jumps_across_block_edges(tmp_path, num_envs,
     assert_d4rl(read_h5(out), want)
 
 
+def test_d4rl_beside_a_live_writer_that_laps_the_read(tmp_path, backend):
+    """Rows the writer overwrites mid-read are left out and the per-env regions closed up:
+    every row in the file is one the writer added, each env's rows in order, and the row
+    before a gap ends its trajectory."""
+    num_envs = 2
+    steps = random_steps(np.random.default_rng(11), 200, num_envs)
+    for i, s in enumerate(steps):
+        s["actions"] = 1 + num_envs * i + np.arange(num_envs)  # the transition number
+    added = {int(t): {k: v[e] for k, v in s.items()} for s in steps for e, t in enumerate(s["actions"])}
+    writer = DiskReplay.create(tmp_path / "live.replay", MAX_SIZE, num_envs=num_envs, backend=backend, fields=FIELDS)
+    progress = iter(steps)
+
+    def add_step(*_):
+        s = next(progress)
+        writer.add(s["states"], s["actions"], s["rewards"], s["next_states"], s["dones"],
+                   truncateds=s["truncateds"], log_probs=s["log_probs"])
+
+    for _ in range(20):
+        add_step()
+    out = str(tmp_path / "live.h5")
+    with DiskReplay.open(tmp_path / "live.replay", mode="r") as buf:
+        reader = ChronoReader(buf, rows=4, progress=lambda *a: [add_step() for _ in range(3)])
+        rows = write_d4rl(buf, reader, out)
+    writer.close()
+    got = read_h5(out)
+    assert reader.skipped > 0 and rows == MAX_SIZE - reader.skipped == len(got["actions"])
+    start = 0
+    with h5py.File(out, "r") as f:
+        env_rows = list(f.attrs["env_rows"])
+    for e, count in enumerate(env_rows):
+        t = got["actions"][start:start + count]
+        assert (t % num_envs == (e + 1) % num_envs).all() and (np.diff(t) > 0).all()
+        for i, ti in enumerate(t):
+            want = added[int(ti)]
+            assert np.array_equal(got["observations"][start + i], want["states"])
+            assert got["terminals"][start + i] == want["dones"]
+            gap = i + 1 == count or t[i + 1] != ti + num_envs
+            if gap:
+                assert got["terminals"][start + i] or got["timeouts"][start + i]
+        start += count
+
+
 def test_d4rl_of_a_range_and_of_an_empty_store(tmp_path, backend):
     path = make_store(tmp_path / "s.replay", backend, 2, seed=9)
     with DiskReplay.open(path, mode="r") as buf:
