@@ -1,5 +1,6 @@
-"""A store as one D4RL dataset file: the flat HDF5 layout D4RL's ``get_dataset`` and the
-offline-RL code built on it (``qlearning_dataset``, CORL, d3rlpy's loaders) read.
+"""A store as one D4RL dataset file: the flat HDF5 layout D4RL's
+``env.get_dataset(h5path=...)`` reads and ``qlearning_dataset`` and the loaders built on
+its dict of arrays consume.
 
 Datasets, one row per transition, N rows each:
 
