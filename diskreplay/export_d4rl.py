@@ -35,6 +35,7 @@ from .errors import InvalidArgumentError
 
 BASE_KEYS = ("states", "actions", "rewards", "next_states", "dones")
 COPY_BYTES = 16 << 20
+CHUNK_BYTES = 64 << 10
 
 
 def provenance(buf, reader) -> dict:
@@ -93,9 +94,12 @@ def write_d4rl(buf, reader, tmp: str) -> int:
     layout = _layout(buf)
     total = reader.stop - reader.start
     n = buf.num_envs
-    with h5py.File(tmp, "w") as f:
+    # Room in each dataset's chunk cache for every env's partly written chunk (plus one), so
+    # that no chunk is evicted half-written and read back when its env's next rows come.
+    cache = max(1 << 20, (2 * n + 2) * CHUNK_BYTES)
+    with h5py.File(tmp, "w", rdcc_nbytes=cache, rdcc_nslots=10007) as f:
         dsets = {name: f.create_dataset(name, shape=(total,) + shape, maxshape=(None,) + shape, dtype=dtype,
-                                        chunks=True if total else None)
+                                        chunks=_chunks(shape, dtype) if total else None)
                  for name, (shape, dtype, _) in layout.items()}
         streams = None
         for block in reader:
@@ -118,6 +122,13 @@ def write_d4rl(buf, reader, tmp: str) -> int:
         f.attrs["order"] = "per env (env 0 first), each env oldest first"
         f.attrs["env_rows"] = [streams[e].written if streams else 0 for e in range(n)]
     return written
+
+
+def _chunks(shape: tuple, dtype: np.dtype) -> tuple:
+    """Whole rows, about CHUNK_BYTES a chunk: each env's rows land in their own region, so
+    writes are short runs of rows, and chunks split across columns would each be rewritten."""
+    row = np.dtype(dtype).itemsize * int(np.prod(shape, dtype=np.int64))
+    return (max(1, CHUNK_BYTES // max(1, row)),) + tuple(shape)
 
 
 def _streams(reader) -> dict:
