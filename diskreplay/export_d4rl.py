@@ -95,8 +95,9 @@ def write_d4rl(buf, reader, tmp: str) -> int:
     total = reader.stop - reader.start
     n = buf.num_envs
     # Room in each dataset's chunk cache for every env's partly written chunk (plus one), so
-    # that no chunk is evicted half-written and read back when its env's next rows come.
-    cache = max(1 << 20, (2 * n + 2) * CHUNK_BYTES)
+    # that no chunk is evicted half-written and read back when its env's next rows come;
+    # capped, so that memory stays bounded with very many envs (they then write slower).
+    cache = min(16 << 20, max(1 << 20, (2 * n + 2) * CHUNK_BYTES))
     with h5py.File(tmp, "w", rdcc_nbytes=cache, rdcc_nslots=10007) as f:
         dsets = {name: f.create_dataset(name, shape=(total,) + shape, maxshape=(None,) + shape, dtype=dtype,
                                         chunks=_chunks(shape, dtype) if total else None)
