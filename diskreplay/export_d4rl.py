@@ -134,11 +134,13 @@ def _chunks(shape: tuple, dtype: np.dtype) -> tuple:
 
 def _streams(reader) -> dict:
     """Each env's region: envs in order, each as long as its share of ``[start, stop)``."""
-    snap = reader.snap
-    envs = snap.env(np.arange(reader.start, reader.stop))
-    counts = np.bincount(envs, minlength=snap.num_envs)
-    bases = np.concatenate([[0], np.cumsum(counts)[:-1]])
-    return {e: _EnvStream(int(bases[e])) for e in range(snap.num_envs)}
+    n, total = reader.snap.num_envs, reader.stop - reader.start
+    first_env = int(reader.snap.env(reader.start))  # envs take turns from there
+    base, streams = 0, {}
+    for e in range(n):
+        streams[e] = _EnvStream(base)
+        base += total // n + int((e - first_env) % n < total % n)
+    return streams
 
 
 def _write_env_rows(dsets, layout, stream: _EnvStream, block, idx, states, nexts, n: int) -> None:
