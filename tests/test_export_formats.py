@@ -197,7 +197,7 @@ def test_d4rl_beside_a_live_writer_that_laps_the_read(tmp_path, backend):
         start += count
 
 
-def test_d4rl_of_a_range_and_of_an_empty_store(tmp_path, backend):
+def test_a_range_and_an_empty_store(tmp_path, backend, monkeypatch):
     path = make_store(tmp_path / "s.replay", backend, 2, seed=9)
     with DiskReplay.open(path, mode="r") as buf:
         export_store(buf, tmp_path / "r.h5", fmt="d4rl", start=-7)
@@ -208,7 +208,9 @@ def test_d4rl_of_a_range_and_of_an_empty_store(tmp_path, backend):
     assert np.array_equal(got["actions"], batch["actions"][order]) and len(snapshot_envs) == 7
     with DiskReplay.create(tmp_path / "e.replay", 8, backend=backend, seed=0, fields=FIELDS) as buf:
         assert export_store(buf, tmp_path / "e.h5", fmt="d4rl")["rows"] == 0
+        assert export_store(buf, tmp_path / "datasets", fmt="minari")["episodes"] == 0
     assert read_h5(tmp_path / "e.h5")["observations"].shape == (0, 2)
+    assert load_minari(tmp_path / "datasets", "e-v0", monkeypatch) == []
 
 
 # ---------------------------------------------------------------- minari
