@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import os
 import sys
 
 import click
@@ -14,7 +15,7 @@ import click
 from diskreplay import DiskReplay, DiskReplayError, IndexOutOfRangeError, InvalidArgumentError
 from diskreplay.backends import BACKENDS
 from diskreplay.episodereader import EpisodeReader
-from diskreplay.export import check_output_path, export_store
+from diskreplay.export import FORMATS, check_output_path, export_store, format_for
 from diskreplay.stats import compute_stats
 from diskreplay.verify import verify_store
 from diskreplay.views import batch_keys, read_block, sample_batch, store_info
@@ -315,28 +316,51 @@ def verify(path: str, as_json: bool) -> None:
 # ---------------------------------------------------------------- export
 @main.command()
 @click.argument("path", type=click.Path())
-@click.argument("out", type=click.Path(dir_okay=False))
-@click.option("--format", "fmt", type=click.Choice(["npz", "hdf5"]),
+@click.argument("out", type=click.Path())
+@click.option("--format", "fmt", type=click.Choice(list(FORMATS)),
               help="Output format (default: from OUT's suffix, .h5/.hdf5 for HDF5, else npz).")
 @click.option("--start", type=int, help="First chronological position (0 = oldest; negative counts from the newest).")
 @click.option("--stop", type=int, help="Position after the last one (default: size).")
-@click.option("--overwrite", is_flag=True, help="Replace OUT if it exists.")
+@click.option("--dataset-id", help="minari: the dataset's id, NAME-vN (default: the store's name, -v0).")
+@click.option("--include-incomplete", is_flag=True,
+              help="minari: keep episodes the ring cut or that have not ended (skipped and counted by default).")
+@click.option("--overwrite", is_flag=True, help="Replace OUT (minari: the dataset in OUT) if it exists.")
 @handle_errors
-def export(path, out, fmt, start, stop, overwrite) -> None:
+def export(path, out, fmt, start, stop, dataset_id, include_incomplete, overwrite) -> None:
     """Export the transitions of the store at PATH to OUT, oldest first.
 
-    OUT gets the arrays states, actions, rewards, next_states (materialized), dones,
-    any extras, and slots (the slot each row came from). HDF5 output is written in row
-    blocks (bounded memory); npz output is built in memory.
+    npz and hdf5: the arrays states, actions, rewards, next_states, dones, any extras
+    and slots (the slot each row came from), in chronological order.
+
+    d4rl: one HDF5 file as D4RL lays it out (observations, actions, rewards,
+    terminals, timeouts, next_observations, infos/<extra>), per env, each env's
+    transitions oldest first; timeouts from a truncateds field, plus where an episode
+    or an env's rows end without terminating.
+
+    minari: OUT is a Minari datasets root (a directory); the dataset goes to
+    OUT/DATASET_ID, loaded by minari.load_dataset(DATASET_ID) with
+    MINARI_DATASETS_PATH=OUT. Needs pip install 'diskreplay[minari]'.
+
+    Every format streams: memory stays flat whatever the store's size.
 
     Example: diskreplay export runs/pong.replay pong.h5 --start -1000
     """
     out = check_output_path(out)  # never inside a store, before anything else is looked at
-    check_output(out, overwrite)
+    fmt = format_for(out, fmt)
+    if fmt != "minari":
+        check_output(out, overwrite)
     with open_reader(path) as buf, progress("exporting") as update:
-        result = export_store(buf, out, fmt=fmt, start=start, stop=stop, progress=update)
+        result = export_store(buf, out, fmt=fmt, start=start, stop=stop, progress=update, overwrite=overwrite,
+                              dataset_id=dataset_id, include_incomplete=include_incomplete)
     note_overtaken(result["skipped_overwritten"])
-    click.echo(f"exported {result['rows']} transitions to {out} ({result['format']})")
+    if fmt != "minari":
+        click.echo(f"exported {result['rows']} transitions to {out} ({fmt})")
+        return
+    click.echo(f"exported {result['episodes']} episodes ({result['rows']} transitions) to "
+               f"{os.path.join(out, result['dataset_id'])} (load it with MINARI_DATASETS_PATH={out})")
+    if result["skipped_incomplete"]:
+        click.echo(f"note: skipped {result['skipped_incomplete']} incomplete episodes (cut by the ring or not "
+                   "ended); --include-incomplete keeps them", err=True)
 
 
 # ---------------------------------------------------------------- plot

@@ -17,7 +17,8 @@ for any Python user (and the CLI); ``slm`` is the SLM-Lab drop-in.
 """
 from .errors import (CorruptStoreError, DiskReplayError, EmptyStoreError, IncompleteStoreError,
                      IndexOutOfRangeError, InsufficientSpaceError, InterfaceMismatchError,
-                     InvalidArgumentError, MemorySpecError, NotAStoreError, NStepTooLargeError, OvertakenError,
+                     InvalidArgumentError, MemorySpecError, MissingDependencyError, NotAStoreError,
+                     NStepTooLargeError, OutputExistsError, OvertakenError,
                      PartialStepWarning, ReadOnlyError, ReadOnlyViewError, RecoveryWarning,
                      ReentrantCallError,
                      SchemaMismatchError, SlotIndexError, StoreClosedError, StoreExistsError, StoreIOError,
@@ -29,7 +30,8 @@ __version__ = "0.1.0"
 
 __all__ = ["DiskReplay", "FORMAT_VERSION", "CorruptStoreError", "DiskReplayError", "EmptyStoreError",
     "IncompleteStoreError", "IndexOutOfRangeError", "InsufficientSpaceError", "InterfaceMismatchError",
-    "InvalidArgumentError", "MemorySpecError", "NotAStoreError", "NStepTooLargeError", "OvertakenError", "PartialStepWarning",
+    "InvalidArgumentError", "MemorySpecError", "MissingDependencyError", "NotAStoreError",
+    "NStepTooLargeError", "OutputExistsError", "OvertakenError", "PartialStepWarning",
     "ReadOnlyError", "ReadOnlyViewError", "RecoveryWarning", "ReentrantCallError", "SchemaMismatchError", "SlotIndexError",
     "StoreClosedError", "StoreExistsError", "StoreIOError", "StoreLockedError", "StoreMismatchError",
     "StoreNotFoundError", "StorePermissionError", "TornReadError", "UnsupportedFormatError"]

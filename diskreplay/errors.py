@@ -142,3 +142,11 @@ class ShardUnavailableError(DiskReplayError, RuntimeError):
 
 class ShardUnavailableWarning(UserWarning):
     """A shard stopped answering and is left out of sampling until Ray restarts it."""
+
+
+class OutputExistsError(DiskReplayError, FileExistsError):
+    """An export's output (a file, or a Minari dataset) exists and replacing it was not asked for."""
+
+
+class MissingDependencyError(DiskReplayError, ImportError):
+    """A feature needs an optional package that is not installed; the message says which extra to install."""

@@ -1,4 +1,6 @@
-"""Transitions in chronological order, to ``.npz`` or plain HDF5 files any tool can read.
+"""Transitions in chronological order, to ``.npz`` or plain HDF5 files any tool can read,
+or to the layouts offline-RL code reads: a D4RL file (:mod:`diskreplay.export_d4rl`) and a
+Minari dataset (:mod:`diskreplay.export_minari`).
 
     from diskreplay import DiskReplay
     from diskreplay.export import export_store
@@ -6,25 +8,35 @@
     with DiskReplay.open("runs/pong.replay", mode="r") as buf:
         export_store(buf, "last1000.h5", start=-1000)
 
-The output holds ``states, actions, rewards, next_states`` (materialized), ``dones``, the
-extra fields and ``slots`` (the slot each row came from), one row per transition, oldest
-first. HDF5 files also carry the attributes ``source, backend, max_size, num_envs,
-seen_size`` and ``first_transition``.
+The npz and HDF5 outputs hold ``states, actions, rewards, next_states`` (materialized),
+``dones``, the extra fields and ``slots`` (the slot each row came from), one row per
+transition, oldest first. HDF5 files also carry the attributes ``source, backend,
+max_size, num_envs, seen_size`` and ``first_transition``.
+
+Every format streams: rows are read in blocks and written as they come, so the process's
+anonymous memory stays flat whatever the store's size (npz members are staged in
+temporary files beside the output, then copied into the archive).
 """
 from __future__ import annotations
 
 import os
+import shutil
+import zipfile
 from typing import Callable
 
 import numpy as np
 
-from .errors import InvalidArgumentError
+from .chrono import require_fields
+from .errors import InvalidArgumentError, OutputExistsError
+from .export_d4rl import provenance, write_d4rl
+from .export_minari import export_minari
 from .fsutil import atomic_replace
 from .layout import check_path, enclosing_store
 from .store import DiskReplay
 from .views import ChronoReader, Snapshot, batch_keys
 
-FORMATS = ("npz", "hdf5")
+FORMATS = ("npz", "hdf5", "d4rl", "minari")
+COPY_BYTES = 16 << 20
 
 
 def format_for(out, given: str | None = None) -> str:
@@ -49,23 +61,40 @@ def check_output_path(out) -> str:
 
 def export_store(buf: DiskReplay, out, *, fmt: str | None = None, start: int | None = None,
                  stop: int | None = None, snap: Snapshot | None = None,
-                 progress: Callable[[int, int], None] | None = None) -> dict:
+                 progress: Callable[[int, int], None] | None = None, overwrite: bool = True,
+                 dataset_id: str | None = None, include_incomplete: bool = False) -> dict:
     """Write the chronological positions ``[start, stop)`` of ``snap`` (default: a fresh
     :func:`~diskreplay.views.snapshot`) to ``out``, oldest first; negative positions count
-    from the newest, as in Python slices. ``fmt`` is ``"npz"`` or ``"hdf5"`` (default:
-    :func:`format_for`). ``out`` is written beside itself and renamed into place when
-    complete, so it never holds a partial export. HDF5 output is written in row blocks
-    (bounded memory); npz output is built in memory.
+    from the newest, as in Python slices. ``fmt`` is ``"npz"``, ``"hdf5"``, ``"d4rl"`` or
+    ``"minari"`` (default: :func:`format_for`). A file is written beside itself and renamed
+    into place when complete, so it never holds a partial export; an existing one is
+    replaced unless ``overwrite=False`` (then :class:`OutputExistsError`).
 
-    Returns ``{"rows": n, "skipped_overwritten": k, "format": fmt}``: ``k`` rows the live
-    writer overwrote before they were read are left out.
+    For ``"minari"``, ``out`` is a Minari datasets root (a directory, created if missing)
+    and the dataset goes to ``out/<dataset_id>`` (default: the store's name plus
+    ``-v0``); see :func:`diskreplay.export_minari.export_minari` and
+    ``include_incomplete``. The other formats take neither argument.
+
+    Returns ``{"rows": n, "skipped_overwritten": k, "format": fmt}`` (Minari adds
+    ``episodes``, ``skipped_incomplete``, ``dataset_id`` and ``path``): ``k`` rows the
+    live writer overwrote before they were read are left out.
     """
     out = check_output_path(out)
     fmt = format_for(out, fmt)
     if fmt not in FORMATS:
         raise InvalidArgumentError(f"fmt must be one of {', '.join(FORMATS)}, got {fmt!r}")
+    require_fields(buf)
+    if fmt == "minari":
+        return export_minari(buf, out, start=start, stop=stop, progress=progress, overwrite=overwrite,
+                             dataset_id=dataset_id, include_incomplete=include_incomplete)
+    if dataset_id is not None or include_incomplete:
+        raise InvalidArgumentError(f"dataset_id and include_incomplete are for the minari format, not {fmt}")
+    if os.path.isdir(out):
+        raise InvalidArgumentError(f"cannot write {out}: it is a directory; name a file")
+    if not overwrite and os.path.lexists(out):
+        raise OutputExistsError(f"{out} exists; pass overwrite=True to replace it")
     reader = ChronoReader(buf, start, stop, snap=snap, progress=progress)
-    write = _write_hdf5 if fmt == "hdf5" else _write_npz
+    write = {"npz": _write_npz, "hdf5": _write_hdf5, "d4rl": write_d4rl}[fmt]
     with atomic_replace(os.fspath(out)) as tmp:
         rows = write(buf, reader, tmp)
     return {"rows": rows, "skipped_overwritten": reader.skipped, "format": fmt}
@@ -79,20 +108,44 @@ def _batch_specs(buf: DiskReplay) -> dict:
 
 
 def _write_npz(buf: DiskReplay, reader: ChronoReader, tmp: str) -> int:
-    # np.savez needs whole arrays: the npz output is built in memory (HDF5 output is not).
+    """What ``np.savez`` writes (an uncompressed zip of ``.npy`` members), streamed: one
+    pass appends each key's rows to its own raw file in a directory beside ``tmp`` (the
+    row count is known at the end only, beside a live writer), then each member gets its
+    header and a block-wise copy of its file. Disk holds about twice the output meanwhile."""
     specs = _batch_specs(buf)
-    parts = {key: [] for key in specs}
-    slots = []
-    for block in reader:
-        for key in specs:
-            parts[key].append(block.batch[key])
-        slots.append(block.slots)
-    arrays = {key: np.concatenate(parts[key]) if parts[key] else np.empty((0,) + shape, dtype)
-              for key, (shape, dtype) in specs.items()}
-    arrays["slots"] = np.concatenate(slots) if slots else np.empty(0, np.int64)
-    with open(tmp, "wb") as f:
-        np.savez(f, **arrays)
-    return len(arrays["slots"])
+    specs["slots"] = ((), np.dtype(np.int64))
+    parts = f"{tmp}.parts"
+    os.mkdir(parts)
+    try:
+        rows = 0
+        files = {key: open(os.path.join(parts, f"{i}.raw"), "wb") for i, key in enumerate(specs)}
+        try:
+            for block in reader:
+                for key, (_, dtype) in specs.items():
+                    values = block.slots if key == "slots" else block.batch[key]
+                    files[key].write(np.ascontiguousarray(values, dtype=dtype).data)
+                rows += len(block.slots)
+        finally:
+            for f in files.values():
+                f.close()
+        with zipfile.ZipFile(tmp, "w", zipfile.ZIP_STORED, allowZip64=True) as archive:
+            for key, (shape, dtype) in specs.items():
+                with archive.open(f"{key}.npy", "w", force_zip64=True) as member, open(files[key].name, "rb") as src:
+                    _write_npy_header(member, (rows,) + shape, dtype)
+                    shutil.copyfileobj(src, member, COPY_BYTES)
+                os.unlink(files[key].name)  # free its disk space before the next member grows
+    finally:
+        shutil.rmtree(parts, ignore_errors=True)
+    return rows
+
+
+def _write_npy_header(f, shape: tuple, dtype: np.dtype) -> None:
+    fmt = np.lib.format
+    header = {"descr": fmt.dtype_to_descr(dtype), "fortran_order": False, "shape": shape}
+    try:
+        fmt.write_array_header_1_0(f, header)
+    except ValueError:  # a header too long for version 1.0 (huge structured dtypes)
+        fmt.write_array_header_2_0(f, header)
 
 
 def _write_hdf5(buf: DiskReplay, reader: ChronoReader, tmp: str) -> int:
@@ -117,13 +170,7 @@ def _write_hdf5(buf: DiskReplay, reader: ChronoReader, tmp: str) -> int:
         if written != total:
             for dset in dsets.values():
                 dset.resize(written, axis=0)
-        snap = reader.snap
-        f.attrs["source"] = os.path.basename(os.path.abspath(buf.path))
-        f.attrs["backend"] = buf.backend
-        f.attrs["max_size"] = buf.max_size
-        f.attrs["num_envs"] = buf.num_envs
-        f.attrs["seen_size"] = snap.seen
-        f.attrs["first_transition"] = snap.transition(reader.start + reader.skipped)
+        f.attrs.update(provenance(buf, reader))
     return written
 
 

@@ -227,7 +227,7 @@ def test_batch_keys_and_block_rows(tmp_path):
 
 
 # ---------------------------------------------------------------- the public API only
-@pytest.mark.parametrize("name", ["views", "stats", "export"])
+@pytest.mark.parametrize("name", ["views", "stats", "export", "export_d4rl", "export_minari"])
 def test_library_views_read_no_private_attributes(name):
     with open(importlib.import_module(f"diskreplay.{name}").__file__) as f:
         tree = ast.parse(f.read())
