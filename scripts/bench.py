@@ -3,17 +3,26 @@
     .venv/bin/python scripts/bench.py --json bench.json        # full run, about 10 minutes
     .venv/bin/python scripts/bench.py --quick --json out.json  # tiny sizes, seconds (the test suite)
     .venv/bin/python scripts/bench.py --workloads W1,W2 --repeats 5
+    .venv/bin/python scripts/bench.py --scaling --json s.json --plot s.png  # costs against store size
+                                                                          # (scripts/bench_scaling.py)
 
 Workloads (docs/benchmarks.md, "Workloads"): W1 cartpole single adds, then sampling at
 b=32/256; W2 16-env adds;
 W3 atari (4x84x84 uint8, 8 envs) adds, reopen and warm sampling; W4 the W3 stores sampled
-cold (each system's own store from W3, built if missing).
+cold (each system's own store from W3, built if missing). W1x: W1 plus two extra fields
+(``truncateds`` bool, ``log_probs`` float32), adds against numpy. W3lat: W3's frames in a ring
+of 25,000 slots that wraps 4 times, every add timed alone: p50/p99/p99.9/max latency.
 
 Systems: diskreplay on both backends; the seed's in-RAM design (scripts/seed_replay.py);
 plain preallocated numpy arrays in RAM, next states stored (the limit); plain np.memmap
 files with naive fancy indexing; h5py fancy indexing on chunked datasets (sorted unique
 indices, then reordered; sampling only, its adds are written in blocks and not timed).
-W4 adds "np.memmap+random" (np.memmap with MADV_RANDOM mappings).
+W4 adds "np.memmap+random" (np.memmap with MADV_RANDOM mappings). Other libraries (the
+`[bench]` extra; scripts/bench_peers.py says how each is used): SB3's ReplayBuffer with and
+without optimize_memory_usage, cpprb's ReplayBuffer, TorchRL's ReplayBuffer on
+LazyTensorStorage and on LazyMemmapStorage (W4 too); torch with one thread. One that is not
+installed is skipped with a line saying so. Every diskreplay figure is also given as a ratio
+to the best of them on its line (x_best_peer).
 
 Method: every (workload, system, repeat) is its own process; repeats go round-robin over
 the systems, so a burst of load from elsewhere spreads over all of them. Reported: the
@@ -33,6 +42,8 @@ W4 also runs a training loop with a simulated compute step (time.sleep) with and
 diskreplay.prefetch.Prefetcher (the drop of the page cache is part of each sample call).
 RssAnon (from /proc/self/status) is sampled at the end of every phase; the maximum is
 reported. Ratios divide a system's median by a baseline's median from the same run.
+Peers whose mapping objects are out of reach have their mappings of the store found in
+/proc/self/maps for the W4 drop.
 """
 from __future__ import annotations
 
@@ -51,6 +62,9 @@ import time
 
 import numpy as np
 
+import bench_peers  # scripts/, this script's directory, is on sys.path
+from bench_peers import PEERS
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 FULL = {
@@ -62,19 +76,31 @@ FULL = {
                sample_calls=2000, sample_warmup=200),
     "W4": dict(state=[4, 84, 84], dtype="uint8", max_size=100_000, num_envs=8, steps=12_500, batches=[32],
                sample_calls=100, sample_warmup=3, loop_batches=60, compute_ms=4.0, prefetch=2),
+    # W1 plus two extra fields (issue 19 item 4): the add path with extras against numpy
+    "W1x": dict(state=[4], dtype="float32", max_size=1_000_000, num_envs=1, steps=200_000, batches=[32],
+                sample_calls=5000, sample_warmup=200, extras={"truncateds": "bool", "log_probs": "float32"}),
+    # W3's frames in a ring that wraps 4 times: every add timed alone (latency percentiles)
+    "W3lat": dict(state=[4, 84, 84], dtype="uint8", max_size=25_000, num_envs=8, steps=12_500, batches=[],
+                  sample_calls=0, sample_warmup=0, latency=True),
 }
 QUICK = {
     "W1": dict(FULL["W1"], max_size=20_000, steps=5_000, sample_calls=300, sample_warmup=20),
     "W2": dict(FULL["W2"], max_size=20_000, steps=500),
     "W3": dict(FULL["W3"], max_size=2_000, steps=250, sample_calls=50, sample_warmup=20),
     "W4": dict(FULL["W4"], max_size=2_000, steps=250, sample_calls=10, loop_batches=5),
+    "W1x": dict(FULL["W1x"], max_size=20_000, steps=5_000, sample_calls=300, sample_warmup=20),
+    "W3lat": dict(FULL["W3lat"], max_size=400, steps=200),
 }
 SYSTEMS = {
-    "W1": ["diskreplay-memmap", "diskreplay-hdf5", "seed", "numpy", "np.memmap", "h5py-chunked"],
-    "W2": ["diskreplay-memmap", "diskreplay-hdf5", "seed", "numpy", "np.memmap"],
-    "W3": ["diskreplay-memmap", "diskreplay-hdf5", "seed", "numpy", "np.memmap", "h5py-chunked"],
-    "W4": ["diskreplay-memmap", "diskreplay-hdf5", "np.memmap", "np.memmap+random", "h5py-chunked"],
+    "W1": ["diskreplay-memmap", "diskreplay-hdf5", "seed", "numpy", "np.memmap", "h5py-chunked", *PEERS],
+    "W2": ["diskreplay-memmap", "diskreplay-hdf5", "seed", "numpy", "np.memmap", *PEERS],
+    "W3": ["diskreplay-memmap", "diskreplay-hdf5", "seed", "numpy", "np.memmap", "h5py-chunked", *PEERS],
+    "W4": ["diskreplay-memmap", "diskreplay-hdf5", "np.memmap", "np.memmap+random", "h5py-chunked",
+           "torchrl-memmap"],
+    "W1x": ["diskreplay-memmap", "diskreplay-hdf5", "numpy"],
+    "W3lat": ["diskreplay-memmap", "diskreplay-hdf5", "numpy", "np.memmap"],
 }
+WORKLOADS = ("W1", "W2", "W3", "W4", "W1x", "W3lat")  # the run order: W4 samples W3's stores
 BASELINES = ("seed", "numpy", "np.memmap", "h5py-chunked")
 TIME_CAP = 3.0  # seconds: slow systems stop their timed sampling loop early
 FIELDS = ("states", "actions", "rewards", "next_states", "dones")
@@ -102,6 +128,7 @@ _libc.mmap.restype = ctypes.c_void_p
 _libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
 _libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
 _libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
+_libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
 _MAP_FAILED = ctypes.c_void_p(-1).value
 
 
@@ -141,30 +168,39 @@ def drop_cache(files, mappings) -> None:
 def store_files(path):
     if os.path.isfile(path):
         return [path]
-    return sorted(os.path.join(path, n) for n in os.listdir(path))
+    return sorted(os.path.join(d, n) for d, _, names in os.walk(path) for n in names)
+
+
+class ProcMapping:
+    """One mapping of this process, found in /proc/self/maps (for systems whose mapping
+    objects are out of reach): ``madvise`` as mmap.mmap offers it."""
+
+    def __init__(self, start, length):
+        self.start, self.length = start, length
+
+    def madvise(self, advice):
+        if _libc.madvise(ctypes.c_void_p(self.start), ctypes.c_size_t(self.length), advice) != 0:
+            raise OSError(ctypes.get_errno(), "madvise failed")
+
+
+def proc_mappings(files):
+    real = {os.path.realpath(p) for p in files}
+    found = []
+    with open("/proc/self/maps") as f:
+        for line in f:
+            parts = line.split(maxsplit=5)
+            if len(parts) == 6 and os.path.realpath(parts[5].strip()) in real:
+                lo, hi = (int(x, 16) for x in parts[0].split("-"))
+                found.append(ProcMapping(lo, hi - lo))
+    return found
 
 
 # ---------------------------------------------------------------- systems
-class System:
+class System(bench_peers.System):
     """What every system offers the worker; ``path`` is its store (None in RAM)."""
-
-    path = None
-    mappings_of = ()
-
-    def touch(self):
-        pass
-
-    def finish_adds(self):
-        pass
-
-    def close(self):
-        pass
 
     def reopen(self):
         raise NotImplementedError
-
-    def mappings(self):
-        return []
 
     def checked_files(self):
         return store_files(self.path)
@@ -179,6 +215,7 @@ class DiskReplaySystem(System):
 
         fields = {"states": (tuple(spec["state"]), spec["dtype"]), "actions": ((), "int64"),
                   "rewards": ((), "float32"), "dones": ((), "bool")}
+        fields.update({name: ((), dt) for name, dt in spec.get("extras", {}).items()})
         self.path = path
         self.buf = DiskReplay.create(path, spec["max_size"], num_envs=spec["num_envs"], backend=self.backend,
                                      seed=0, fields=fields, overwrite=True)
@@ -189,6 +226,9 @@ class DiskReplaySystem(System):
 
     def add(self, s, a, r, ns, d):
         self.buf.add(s, a, r, ns, d)
+
+    def add_extra(self, s, a, r, ns, d, extra):
+        self.buf.add(s, a, r, ns, d, **extra)
 
     def sample(self, b):
         return self.buf.sample(b)
@@ -220,6 +260,8 @@ class NumpySystem(System):
     """Plain preallocated arrays in RAM, next states stored: the limit. One assignment per
     field per add (a slice per field for vector envs), fancy-index gathers."""
 
+    extras = {}
+
     def _alloc(self, spec, make):
         m, shape = spec["max_size"], tuple(spec["state"])
         self.n, self.m = spec["num_envs"], m
@@ -228,6 +270,7 @@ class NumpySystem(System):
         self.actions = make("actions", (m,), np.int64)
         self.rewards = make("rewards", (m,), np.float32)
         self.dones = make("dones", (m,), bool)
+        self.extras = {name: make(name, (m,), dt) for name, dt in spec.get("extras", {}).items()}
         self.head, self.size = -1, 0
         self.rng = np.random.default_rng(0)
 
@@ -235,7 +278,7 @@ class NumpySystem(System):
         self._alloc(spec, lambda name, shape, dt: np.zeros(shape, dt))
 
     def arrays(self):
-        return [self.states, self.next_states, self.actions, self.rewards, self.dones]
+        return [self.states, self.next_states, self.actions, self.rewards, self.dones, *self.extras.values()]
 
     def touch(self):
         for arr in self.arrays():
@@ -261,10 +304,24 @@ class NumpySystem(System):
             self.head = stop - 1
         self.size = min(self.size + n, self.m)
 
+    def add_extra(self, s, a, r, ns, d, extra):  # single env (W1x)
+        h = self.head = (self.head + 1) % self.m
+        self.states[h] = s
+        self.actions[h] = a
+        self.rewards[h] = r
+        self.next_states[h] = ns
+        self.dones[h] = d
+        for name, value in extra.items():
+            self.extras[name][h] = value
+        self.size = min(self.size + 1, self.m)
+
     def sample(self, b):
         idxs = self.rng.integers(0, self.size, b)
-        return {"states": self.states[idxs], "actions": self.actions[idxs], "rewards": self.rewards[idxs],
-                "next_states": self.next_states[idxs], "dones": self.dones[idxs]}
+        batch = {"states": self.states[idxs], "actions": self.actions[idxs], "rewards": self.rewards[idxs],
+                 "next_states": self.next_states[idxs], "dones": self.dones[idxs]}
+        for name, arr in self.extras.items():
+            batch[name] = arr[idxs]
+        return batch
 
 
 class MemmapSystem(NumpySystem):
@@ -398,6 +455,8 @@ class SeedSystem(System):
 
 
 def make_system(name):
+    if name in PEERS:
+        return bench_peers.make_peer(name)
     return {"diskreplay-memmap": lambda: DiskReplaySystem("memmap"),
             "diskreplay-hdf5": lambda: DiskReplaySystem("hdf5"),
             "numpy": NumpySystem, "np.memmap": MemmapSystem,
@@ -410,12 +469,19 @@ def store_of(system_name):
     return {"np.memmap+random": "np.memmap"}.get(system_name, system_name)
 
 
+def unavailable(system_name):
+    """Why a system cannot run here (None when it can): peers may not be installed."""
+    return bench_peers.missing(system_name) if system_name in PEERS else None
+
+
 # ---------------------------------------------------------------- one worker run
 def step_data(spec):
     n, shape, dt = spec["num_envs"], tuple(spec["state"]), np.dtype(spec["dtype"])
     rng = np.random.default_rng(1)
     if n == 1:
         s = rng.integers(0, 100, shape).astype(dt)
+        if spec.get("extras"):
+            return s, 1, 0.5, s, False, {"truncateds": False, "log_probs": np.float32(-0.5)}
         return s, 1, 0.5, s, False
     s = rng.integers(0, 100, (n,) + shape).astype(dt)
     return s, np.ones(n, np.int64), np.full(n, 0.5, np.float32), s, np.zeros(n, bool)
@@ -434,21 +500,42 @@ def fill(system, spec, result=None, peak=None):
     system.touch()
     if peak:
         peak()
-    s, a, r, ns, d = step_data(spec)
+    step = system.prepare(*step_data(spec))  # the library's own input form, untimed
     steps, n = spec["steps"], spec["num_envs"]
+    add = system.add_extra if spec.get("extras") else system.add
+    if spec.get("latency") and result is not None:
+        add_latencies(add, step, steps, n, spec["max_size"], result)
+        system.finish_adds()
+        return
     warm = steps // 10
-    add = system.add
     for _ in range(warm):
-        add(s, a, r, ns, d)
+        add(*step)
     t = time.perf_counter()
     for _ in range(steps - warm):
-        add(s, a, r, ns, d)
+        add(*step)
     elapsed = time.perf_counter() - t
     if result is not None:
         result["add_per_s"] = (steps - warm) * n / elapsed
     if peak:
         peak()
     system.finish_adds()
+
+
+def add_latencies(add, step, steps, n, max_size, result):
+    """Every add timed alone, the ring wrapping ``steps * n / max_size`` times: percentiles in us."""
+    clock = time.perf_counter_ns
+    lat = np.empty(steps, np.int64)
+    for i in range(steps):
+        t = clock()
+        add(*step)
+        lat[i] = clock() - t
+    us = lat / 1000
+    result["wraps"] = steps * n / max_size
+    for q, key in ((50, "add_p50_us"), (99, "add_p99_us"), (99.9, "add_p999_us")):
+        result[key] = float(np.percentile(us, q))
+    result["add_max_us"] = float(us.max())
+    result["adds_over_1ms"] = float(np.count_nonzero(us > 1000))
+    result["add_per_s"] = steps * n / (lat.sum() / 1e9)
 
 
 def run_worker(workload, system_name, spec, workdir):
@@ -462,6 +549,7 @@ def run_worker(workload, system_name, spec, workdir):
     if system_name == "h5py-chunked":
         del result["add_per_s"]  # written in blocks: not what this baseline measures
     if workload == "W3" and system.path is not None:
+        system.spec = spec
         system.close()
         result["open_s"] = system.reopen()
     for b in spec["batches"]:
@@ -491,6 +579,7 @@ def run_cold_worker(system_name, spec, workdir):
     from diskreplay.prefetch import Prefetcher
 
     system = make_system(system_name)
+    system.spec = spec
     path = os.path.join(workdir, f"W3-{store_of(system_name)}")
     result, peak = {}, Peak()
     if not os.path.exists(path):  # W4 alone: build W3's store first (untimed)
@@ -500,6 +589,7 @@ def run_cold_worker(system_name, spec, workdir):
         if isinstance(system, DiskReplaySystem):
             system = make_system(system_name)
             system.path = path
+            system.spec = spec
     else:
         system.path = path if not isinstance(system, H5pyChunkedSystem) else os.path.join(path, "data.h5")
     os.sync()  # POSIX_FADV_DONTNEED leaves dirty pages cached: write everything back first
@@ -508,7 +598,8 @@ def run_cold_worker(system_name, spec, workdir):
     else:
         result["open_s"] = system.reopen()
     files = store_files(path)
-    checked, mappings = system.checked_files(), system.mappings()
+    # peers' mapping objects are out of reach: their mappings of the store, from /proc/self/maps
+    checked, mappings = system.checked_files(), system.mappings() or proc_mappings(files)
     sample = system.sample
     for _ in range(spec["sample_warmup"]):
         sample(32)
@@ -564,7 +655,7 @@ def machine_facts(workdir):
     import h5py
 
     facts = {"nproc": os.cpu_count(), "kernel": platform.release(), "python": platform.python_version(),
-             "numpy": np.__version__, "h5py": h5py.__version__}
+             "numpy": np.__version__, "h5py": h5py.__version__, "peers": peer_versions()}
     with open("/proc/meminfo") as f:
         facts["mem_gib"] = round(int(f.readline().split()[1]) / 2 ** 20, 1)
     try:
@@ -589,6 +680,18 @@ def machine_facts(workdir):
     return facts
 
 
+def peer_versions():
+    from importlib import metadata
+
+    found = {}
+    for dist in ("stable-baselines3", "cpprb", "torchrl", "tensordict", "torch", "gymnasium"):
+        try:
+            found[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            pass
+    return found
+
+
 def git_state():
     """The commit measured, and the library files that differed from it (others may be editing)."""
     root = os.path.dirname(HERE)
@@ -610,13 +713,21 @@ def _read(path):
         return None
 
 
-def run_all(sizes, repeats, workloads, workdir, log):
+def run_all(sizes, repeats, workloads, workdir, log, skipped):
     results = {}
-    order = [w for w in ("W1", "W2", "W3", "W4") if w in workloads]  # W4 samples W3's stores
+    order = [w for w in WORKLOADS if w in workloads]
     for w in order:
-        runs = {system: [] for system in SYSTEMS[w]}
+        systems = []
+        for system in SYSTEMS[w]:
+            why = unavailable(system)
+            if why:
+                skipped.setdefault(system, why)
+                log(f"  {w} {system}: skipped, {why}")
+            else:
+                systems.append(system)
+        runs = {system: [] for system in systems}
         for rep in range(repeats):
-            for system in SYSTEMS[w]:
+            for system in systems:
                 t = time.perf_counter()
                 out = subprocess.run([sys.executable, os.path.abspath(__file__), "--worker", w, system, "--spec",
                                       json.dumps(sizes[w]), "--workdir", workdir], capture_output=True, text=True)
@@ -627,14 +738,14 @@ def run_all(sizes, repeats, workloads, workdir, log):
                     + ", ".join(f"{k}={v:.4g}" for k, v in runs[system][-1].items()))
         results[w] = {system: summarize(r) for system, r in runs.items()}
         if w != "W3" or "W4" not in workloads:
-            for system in SYSTEMS[w]:
+            for system in systems:
                 shutil.rmtree(os.path.join(workdir, f"{w}-{system}"), ignore_errors=True)
     return results
 
 
 def summarize(runs):
     return {k: {"median": statistics.median(r[k] for r in runs), "min": min(r[k] for r in runs),
-                "max": max(r[k] for r in runs)} for k in runs[0]}
+                "max": max(r[k] for r in runs)} for k in runs[0] if not isinstance(runs[0][k], str)}
 
 
 def is_rate(key):
@@ -652,7 +763,22 @@ def add_ratios(results):
                     if ref and ref["median"] and base != name:
                         r = value["median"] / ref["median"]
                         value[f"x_{base}"] = 1 / r if key == "cold_ms_per_batch" else r
+                if name.startswith("diskreplay"):
+                    add_best_peer(systems, key, value)
     return results
+
+
+def add_best_peer(systems, key, value):
+    """``x_best_peer``: the ratio to the best of the other libraries on this line (and its name)."""
+    lower_is_better = key == "cold_ms_per_batch"
+    peers = [(p, systems[p][key]["median"]) for p in PEERS if key in systems.get(p, {})
+             and systems[p][key]["median"]]
+    if not peers:
+        return
+    best, ref = (min if lower_is_better else max)(peers, key=lambda pv: pv[1])
+    r = value["median"] / ref
+    value["x_best_peer"] = 1 / r if lower_is_better else r
+    value["best_peer"] = best
 
 
 GOALS = [  # (workload, metric, baseline, minimum ratio, what)
@@ -680,6 +806,16 @@ def goals(results):
         v = results.get("W3", {}).get(name, {}).get("rss_anon_mb")
         if v:
             rows.append({"system": name, "goal": "W3 RssAnon < 100 MB", "value": v["max"], "met": v["max"] < 100})
+        v = results.get("W1x", {}).get(name, {}).get("add_per_s", {})
+        if "x_numpy" in v:
+            rows.append({"system": name, "goal": "W1x add >= 0.3x numpy", "value": v["x_numpy"],
+                         "met": v["x_numpy"] >= 0.3})
+        lat = results.get("W3lat", {}).get(name, {})
+        for key, limit, what in (("add_p99_us", 1000, "W3lat add p99 < 1 ms (us)"),
+                                 ("add_max_us", 100_000, "W3lat add max < 100 ms (us)")):
+            if key in lat:
+                rows.append({"system": name, "goal": what, "value": lat[key]["max"],
+                             "met": lat[key]["max"] < limit})
     for w, key, *_ in GOALS + [("W4", "sample32_per_s")]:
         a = results.get(w, {}).get("diskreplay-memmap", {}).get(key)
         b = results.get(w, {}).get("diskreplay-hdf5", {}).get(key)
@@ -694,15 +830,19 @@ def fmt(v):
     return f"{v:.3g}" if abs(v) < 1000 else f"{v:,.0f}"
 
 
+def best_peer_cell(v):
+    return f"{v['x_best_peer']:.2f} ({v['best_peer']})" if "x_best_peer" in v else "-"
+
+
 def table(results):
-    lines = [f"| workload | system | metric | median | spread (min-max) | x seed | x numpy | x np.memmap | x h5py |",
-             "|---|---|---|---:|---:|---:|---:|---:|---:|"]
+    lines = ["| workload | system | metric | median | spread (min-max) | x seed | x numpy | x np.memmap | x h5py "
+             "| x best peer |", "|---|---|---|---:|---:|---:|---:|---:|---:|---|"]
     for w, systems in results.items():
         for name, metrics in systems.items():
             for key, v in metrics.items():
                 ratios = [f"{v[f'x_{b}']:.2f}" if f"x_{b}" in v else "-" for b in BASELINES]
                 lines.append(f"| {w} | {name} | {key} | {fmt(v['median'])} | {fmt(v['min'])}-{fmt(v['max'])} | "
-                             + " | ".join(ratios) + " |")
+                             + " | ".join(ratios) + f" | {best_peer_cell(v)} |")
     return "\n".join(lines)
 
 
@@ -713,19 +853,54 @@ def goals_table(rows):
     return "\n".join(lines)
 
 
+def main_scaling(args, argv):
+    import bench_scaling
+
+    shapes = [s.strip() for s in args.shapes.split(",")]
+    if set(shapes) - set(bench_scaling.SHAPES):
+        raise SystemExit(f"--shapes: unknown shape(s) {', '.join(sorted(set(shapes) - set(bench_scaling.SHAPES)))}")
+    if args.workdir:
+        os.makedirs(args.workdir, exist_ok=True)
+    workdir = tempfile.mkdtemp(prefix="diskreplay-scaling-", dir=args.workdir)
+    started, code = time.perf_counter(), git_state()
+    try:
+        results, skipped = bench_scaling.run(args.quick, workdir, lambda m: print(m, file=sys.stderr), shapes)
+        facts = machine_facts(workdir)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    print(bench_scaling.table(results))
+    for line in bench_scaling.spreads(results):
+        print(line)
+    for name, why in skipped.items():
+        print(f"skipped {name}: {why}")
+    if args.plot:
+        bench_scaling.plot(results, args.plot)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"machine": facts, "code": code, "command": " ".join(["scripts/bench.py"] + (argv or sys.argv[1:])),
+                       "quick": args.quick, "scaling": results, "skipped": skipped,
+                       "wall_s": time.perf_counter() - started}, f, indent=1)
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description="diskreplay benchmarks (see the module docstring)")
     parser.add_argument("--quick", action="store_true", help="tiny sizes, seconds (the test suite runs this)")
     parser.add_argument("--repeats", type=int, default=None, help="processes per system (default 3, quick 1)")
     parser.add_argument("--json", metavar="PATH", help="also write the results as JSON")
-    parser.add_argument("--workloads", default="W1,W2,W3,W4")
+    parser.add_argument("--workloads", default="W1,W2,W3,W4,W1x,W3lat")
     parser.add_argument("--workdir", default=None, help="where stores are written (default: a new temp dir)")
     parser.add_argument("--worker", nargs=2, metavar=("WORKLOAD", "SYSTEM"), help=argparse.SUPPRESS)
     parser.add_argument("--spec", help=argparse.SUPPRESS)
+    parser.add_argument("--scaling", action="store_true",
+                        help="costs against the store size instead (scripts/bench_scaling.py)")
+    parser.add_argument("--shapes", default="W1,W3", help="with --scaling: W1, W3 or both")
+    parser.add_argument("--plot", metavar="PNG", help="with --scaling: also draw the curves (matplotlib)")
     args = parser.parse_args(argv)
     if args.worker:
         print(json.dumps(run_worker(args.worker[0], args.worker[1], json.loads(args.spec), args.workdir)))
         return
+    if args.scaling:
+        return main_scaling(args, argv)
     sizes = QUICK if args.quick else FULL
     repeats = args.repeats or (1 if args.quick else 3)
     workloads = [w.strip() for w in args.workloads.split(",")]
@@ -737,8 +912,10 @@ def main(argv=None):
     workdir = tempfile.mkdtemp(prefix="diskreplay-bench-", dir=args.workdir)
     started = time.perf_counter()
     code = git_state()  # before the run: what the workers import
+    skipped = {}
     try:
-        results = add_ratios(run_all(sizes, repeats, workloads, workdir, lambda m: print(m, file=sys.stderr)))
+        results = add_ratios(run_all(sizes, repeats, workloads, workdir, lambda m: print(m, file=sys.stderr),
+                                     skipped))
         facts = machine_facts(workdir)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
@@ -746,11 +923,14 @@ def main(argv=None):
     print(table(results))
     print()
     print(goals_table(goal_rows))
+    for system, why in skipped.items():
+        print(f"skipped {system}: {why}")
     print(f"\n{repeats} process(es) per system; wall time {time.perf_counter() - started:.0f} s", file=sys.stderr)
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"machine": facts, "code": code, "command": " ".join(["scripts/bench.py"] + (argv or sys.argv[1:])),
                        "quick": args.quick, "repeats": repeats, "sizes": sizes, "results": results,
+                       "skipped": skipped, "peer_notes": {p: bench_peers.NOTES[p] for p in PEERS if p not in skipped},
                        "goals": goal_rows, "wall_s": time.perf_counter() - started}, f, indent=1)
 
 

@@ -10,25 +10,38 @@ import numpy as np
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-W4_SYSTEMS = {"diskreplay-memmap", "diskreplay-hdf5", "np.memmap", "np.memmap+random", "h5py-chunked"}
+# the other libraries, each measured when installed (the [bench] and [test] extras install them)
+PEER_MODULES = {"sb3": ("stable_baselines3", "gymnasium", "torch"),
+                "sb3-optimized": ("stable_baselines3", "gymnasium", "torch"), "cpprb": ("cpprb",),
+                "torchrl-tensor": ("torchrl", "tensordict", "torch"),
+                "torchrl-memmap": ("torchrl", "tensordict", "torch")}
+INSTALLED = {p for p, mods in PEER_MODULES.items() if all(importlib.util.find_spec(m) for m in mods)}
+W4_SYSTEMS = {"diskreplay-memmap", "diskreplay-hdf5", "np.memmap", "np.memmap+random", "h5py-chunked"} | (
+    INSTALLED & {"torchrl-memmap"})
 SYSTEMS = {
-    "W1": {"diskreplay-memmap", "diskreplay-hdf5", "seed", "numpy", "np.memmap", "h5py-chunked"},
-    "W2": {"diskreplay-memmap", "diskreplay-hdf5", "seed", "numpy", "np.memmap"},
-    "W3": {"diskreplay-memmap", "diskreplay-hdf5", "seed", "numpy", "np.memmap", "h5py-chunked"},
+    "W1": {"diskreplay-memmap", "diskreplay-hdf5", "seed", "numpy", "np.memmap", "h5py-chunked"} | INSTALLED,
+    "W2": {"diskreplay-memmap", "diskreplay-hdf5", "seed", "numpy", "np.memmap"} | INSTALLED,
+    "W3": {"diskreplay-memmap", "diskreplay-hdf5", "seed", "numpy", "np.memmap", "h5py-chunked"} | INSTALLED,
     "W4": W4_SYSTEMS,
+    "W1x": {"diskreplay-memmap", "diskreplay-hdf5", "numpy"},
+    "W3lat": {"diskreplay-memmap", "diskreplay-hdf5", "numpy", "np.memmap"},
 }
 
 
 def test_quick_benchmark_reports_every_workload_and_system(tmp_path):
     out = tmp_path / "bench.json"
     proc = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "bench.py"), "--quick", "--json", str(out),
-                           "--workdir", str(tmp_path / "work")], capture_output=True, text=True, timeout=300)
+                           "--workdir", str(tmp_path / "work")], capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr
     data = json.loads(out.read_text())
     results = data["results"]
     assert set(results) == set(SYSTEMS)
     for workload, systems in SYSTEMS.items():
         assert set(results[workload]) == systems, workload
+    assert set(data["skipped"]) == set(PEER_MODULES) - INSTALLED
+    for peer, why in data["skipped"].items():
+        assert "not installed" in why and f"skipped {peer}: not installed" in proc.stdout
+    assert set(data["peer_notes"]) == INSTALLED
     for workload, systems in results.items():
         for name, metrics in systems.items():
             rates = [k for k in metrics if k.endswith("_per_s")]
@@ -53,6 +66,22 @@ def test_quick_benchmark_reports_every_workload_and_system(tmp_path):
         if name.startswith("diskreplay"):
             assert w4["loop_ms_serial"]["median"] > 0 and w4["loop_ms_prefetch"]["median"] > 0
             assert "x_np.memmap" in w4["sample32_per_s"]
+    for name in ("diskreplay-memmap", "diskreplay-hdf5"):
+        for workload, key in (("W1", "sample32_per_s"), ("W2", "add_per_s"), ("W3", "add_per_s"),
+                              ("W4", "sample32_per_s")):
+            v = results[workload][name][key]
+            peers = INSTALLED & set(results[workload])
+            if not peers:
+                assert "x_best_peer" not in v
+                continue
+            best = max(peers, key=lambda p: results[workload][p][key]["median"])
+            assert v["best_peer"] == best, (workload, key)
+            assert abs(v["x_best_peer"] - v["median"] / results[workload][best][key]["median"]) < 1e-9
+        assert "x_numpy" in results["W1x"][name]["add_per_s"]
+        lat = results["W3lat"][name]
+        assert lat["wraps"]["median"] >= 3
+        assert 0 < lat["add_p50_us"]["median"] <= lat["add_p99_us"]["median"] <= lat["add_p999_us"]["median"] \
+            <= lat["add_max_us"]["median"]
     assert data["goals"] and {"nproc", "kernel", "numpy", "h5py", "mem_gib"} <= set(data["machine"])
     assert "| W1 | diskreplay-memmap | add_per_s |" in proc.stdout and "x numpy" in proc.stdout
 
@@ -71,3 +100,25 @@ def test_seed_port_keeps_the_seed_semantics():
     batch = mem.sample()
     assert set(batch) == {"states", "actions", "rewards", "next_states", "dones"}
     assert batch["states"].shape == (4, 3) and batch["next_states"].dtype == np.float16
+
+
+def test_quick_scaling_reports_every_size(tmp_path):
+    out, png = tmp_path / "scaling.json", tmp_path / "scaling.png"
+    proc = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "bench.py"), "--scaling", "--quick",
+                           "--json", str(out), "--plot", str(png), "--workdir", str(tmp_path / "work")],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(out.read_text())
+    assert data["skipped"] == {}
+    assert {shape: sorted(int(s) for s in sizes) for shape, sizes in data["scaling"].items()} == \
+        {"W1": [1000, 10000], "W3": [1000, 2000]}
+    for shape, sizes in data["scaling"].items():
+        for size, r in sizes.items():
+            assert r["slots"] == int(size)
+            for key in ("open_warm_ms", "open_cold_ms", "add_per_s", "sample32_warm_per_s", "sample32_cold_per_s",
+                        "verify_bytes_per_s", "disk_read_bytes_per_s", "rss_anon_mb"):
+                assert r[key] > 0, (shape, size, key)
+            assert r["store_bytes"] >= int(size) * (4 * 4 if shape == "W1" else 4 * 84 * 84)
+    assert png.stat().st_size > 0
+    assert "| W1 | 1,000 |" in proc.stdout and "W3 1,000 -> 2,000 slots" in proc.stdout
+    assert not os.listdir(tmp_path / "work")  # stores removed
