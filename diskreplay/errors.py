@@ -150,3 +150,11 @@ class OutputExistsError(DiskReplayError, FileExistsError):
 
 class MissingDependencyError(DiskReplayError, ImportError):
     """A feature needs an optional package that is not installed; the message says which extra to install."""
+
+
+class NotPrioritizedError(InvalidArgumentError):
+    """``update_priorities`` or ``beta`` on a store created without ``prioritized=True``."""
+
+
+class InvalidPriorityError(InvalidArgumentError):
+    """Priorities that are negative, NaN or infinite, or not one per index."""

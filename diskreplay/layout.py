@@ -23,13 +23,16 @@ from .fsutil import check_free_space, fsync_dir, io_error
 from .lock import LOCK_FILE
 from .mapped import MappedFile
 from .npyfile import create_npy, open_npy
+from .prioritized import PRIORITY_FILE, check_field_names, create_priority_file, prioritized_bytes
+from .prioritized import SPEC as PRIORITIES_SPEC
+from .prioritized import data_files as priority_files
 from .rowsums import ROWSUMS_FILE
 from .schema import FieldSpec
 
 CREATING_MARKER = "CREATING"  # present from the first step of create until its last
 NS_FILE = "ns_buffer.npy"
 # Files every store (or half-created store) may hold besides its data files.
-FIXED_FILES = (DESCRIPTION_FILE, COUNTERS_FILE, LOCK_FILE, CREATING_MARKER, CHECKPOINT_FILE)
+FIXED_FILES = (DESCRIPTION_FILE, COUNTERS_FILE, LOCK_FILE, CREATING_MARKER, CHECKPOINT_FILE, PRIORITY_FILE)
 DATA_SUFFIXES = (".npy", ".h5")
 DEFAULT_RESERVE_BYTES = 16 << 20
 INCOMPLETE_HINT = ("was never completely created (its creator stopped half-way); "
@@ -202,21 +205,29 @@ def lock_exists(directory: str) -> bool:
     return os.path.exists(os.path.join(directory, LOCK_FILE))
 
 
-def data_file_names(backend: Backend, specs) -> list[str]:
+def data_file_names(backend: Backend, specs, prioritized: bool = False) -> list[str]:
     """Every file that holds rows or row-derived data, created once the fields are known."""
-    return backend.data_files(specs) + [NS_FILE, ROWSUMS_FILE, CHECKPOINT_FILE]
+    extra = priority_files(backend) if prioritized else []
+    return backend.data_files(specs) + [NS_FILE, ROWSUMS_FILE, CHECKPOINT_FILE] + extra
 
 
 def create_data_files(directory: str, backend: Backend, specs, max_size: int, num_envs: int,
-                      reserve: int, initial_checkpoint) -> None:
+                      reserve: int, initial_checkpoint, prioritized: bool = False) -> None:
     """Create and preallocate the data files, ``ns_buffer.npy``, ``rowsums.npy`` and
-    ``checkpoint.bin``; ``initial_checkpoint(ckfile)`` writes its first slot."""
+    ``checkpoint.bin``; ``initial_checkpoint(ckfile)`` writes its first slot. A prioritized
+    store also gets its ``priorities`` dataset and ``priorities.bin`` (``prioritized.py``)."""
     layout = CheckpointLayout(specs, num_envs, reserve)
     states = specs["states"]
     ns_bytes = 2 * num_envs * states.row_bytes
-    check_free_space(directory, backend.data_bytes(specs, max_size) + layout.file_bytes + ns_bytes
-                     + 4 * max_size + 12288)
-    backend.create(directory, specs, max_size, FORMAT_VERSION)
+    datasets = dict(specs)
+    if prioritized:
+        check_field_names(specs)
+        datasets["priorities"] = PRIORITIES_SPEC
+    check_free_space(directory, backend.data_bytes(datasets, max_size) + layout.file_bytes + ns_bytes
+                     + 4 * max_size + 12288 + (prioritized_bytes(max_size) if prioritized else 0))
+    backend.create(directory, datasets, max_size, FORMAT_VERSION)
+    if prioritized:
+        create_priority_file(directory, max_size)
     create_npy(os.path.join(directory, NS_FILE), (2, num_envs) + states.shape, states.dtype)
     create_npy(os.path.join(directory, ROWSUMS_FILE), (max_size,), np.dtype(np.uint32))
     create_checkpoint_file(directory, layout)
@@ -227,8 +238,8 @@ def create_data_files(directory: str, backend: Backend, specs, max_size: int, nu
         ck.close()
 
 
-def remove_data_files(directory: str, backend: Backend, specs) -> None:
-    for name in data_file_names(backend, specs):
+def remove_data_files(directory: str, backend: Backend, specs, prioritized: bool = False) -> None:
+    for name in data_file_names(backend, specs, prioritized):
         _unlink(os.path.join(directory, name))
 
 

@@ -205,6 +205,16 @@ class Reader(Session):
     def add(self, *args, **kwargs) -> None:
         raise self.refusal("add")
 
+    def update_priorities(self, idxs, priorities) -> None:
+        raise self.refusal("update priorities")
+
+    def _current_priorities(self) -> None:
+        """The writer's priorities as of this snapshot; for a dead writer's store rolled back
+        to a checkpoint, the priorities of that flush."""
+        view = self.view
+        generation = view.checkpoint.generation if view is not None and view.ns_rows is not None else None
+        self.prio.refresh_reader(self.seen, self.base, generation, self._writer_alive)
+
     def flush(self) -> None:
         raise self.refusal("flush")
 

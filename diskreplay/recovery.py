@@ -116,6 +116,7 @@ class WriterRecovery:
     state: ring.RingState
     checkpoint: Checkpoint | None
     note: str | None  # what recovery did, None when the store was closed cleanly
+    from_checkpoint: bool = False  # rolled back to ``checkpoint`` (a power cut): priorities follow
 
 
 def recover_for_writer(path: str, counters: Counters, data, fields, num_envs: int, max_size: int,
@@ -147,7 +148,8 @@ def recover_for_writer(path: str, counters: Counters, data, fields, num_envs: in
     counters.commit_state(state.seen, state.base, state.draws, state.resets)
     counters.sync()
     note = None if state.reason is None else f"{path}: {state.reason}"
-    return WriterRecovery(ring.RingState(state.seen, state.base, state.draws, state.resets), checkpoint, note)
+    return WriterRecovery(ring.RingState(state.seen, state.base, state.draws, state.resets), checkpoint, note,
+                          state.from_checkpoint)
 
 
 @dataclass(frozen=True)

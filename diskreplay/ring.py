@@ -113,6 +113,13 @@ class Sampler:
             idxs[-1] = head
         return idxs
 
+    def uniforms(self, count: int) -> np.ndarray:
+        """``count`` doubles uniform in ``[0, 1)``, one draw each (the prioritized sampler
+        scales them to masses of its sum tree): the same stream ``sample_idxs`` takes."""
+        u = self._random(count)
+        self.draws += count
+        return u
+
 
 def new_entropy(seed: int | None) -> int:
     """Entropy for a new store's sampler: the seed itself, or fresh OS entropy."""

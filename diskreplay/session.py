@@ -24,6 +24,7 @@ from .gather import Gatherer
 from .layout import DataFiles, check_is_store
 from .lock import WriterLock
 from .nstep import nstep_batch
+from .prioritized import Priorities, check_priorities, open_priorities
 from .rowsums import torn_slots
 from .schema import FieldSpec
 
@@ -48,6 +49,7 @@ class Session:
         self.counters: Counters | None = None
         self.data: DataFiles | None = None
         self.gatherer: Gatherer | None = None
+        self.prio: Priorities | None = None  # a prioritized store's priorities and tree (prioritized.py)
         self.recovery_note: str | None = None
         self.seen = self.base = self.draws = self.resets = 0
         try:
@@ -74,6 +76,7 @@ class Session:
         self.data = DataFiles(self.directory, self.desc["backend"], self.fields, self.max_size,
                               self.num_envs, self.reserve_rows, self.writable)
         self.gatherer = Gatherer(self.fields, self.data.storage, self.num_envs, self.max_size)
+        self.prio = open_priorities(self.directory, self.desc, self.writable)
 
     # ------------------------------------------------------------------ state
     def refresh(self) -> None:
@@ -117,7 +120,8 @@ class Session:
     @property
     def mapped_files(self) -> list:
         """Every memory-mapped file of the store (for tools that drop a process's mapped pages)."""
-        return (self.data.mapped_files if self.data is not None else []) + [self.counters.file]
+        return ((self.data.mapped_files if self.data is not None else []) + [self.counters.file]
+                + (self.prio.mapped_files if self.prio is not None else []))
 
     @property
     def storage(self):
@@ -125,24 +129,47 @@ class Session:
         return self.data.storage if self.data is not None else None
 
     # ------------------------------------------------------------------ reading
-    def sample(self, batch_size: int, use_cer: bool, n_step: int = 1, gamma: float = 0.99) -> tuple[np.ndarray, dict]:
-        """``(idxs, batch)``: ``batch_size`` slots drawn uniformly from the occupied ones
-        (n-step rows when ``n_step > 1``; the facade checked both arguments)."""
+    def sample(self, batch_size: int, use_cer: bool, n_step: int = 1, gamma: float = 0.99,
+               beta: float = 0.4) -> tuple[np.ndarray, dict]:
+        """``(idxs, batch)``: ``batch_size`` slots drawn uniformly from the occupied ones, or
+        by priority with ``weights`` on a prioritized store (n-step rows when ``n_step > 1``;
+        the facade checked every argument)."""
         with self.mutex:
             self._enter_read()
-            return self._sample(batch_size, use_cer, n_step, gamma)
+            return self._sample(batch_size, use_cer, n_step, gamma, beta)
 
-    def _sample(self, batch_size: int, use_cer: bool, n_step: int = 1, gamma: float = 0.99):
+    def _sample(self, batch_size: int, use_cer: bool, n_step: int = 1, gamma: float = 0.99, beta: float = 0.4):
         self.refresh()
         size = ring.ring_size(self.seen, self.base, self.max_size)
         if size == 0:
             raise EmptyStoreError(f"cannot sample from {self.path}: the store is empty; add transitions first")
         head = ring.ring_head(self.seen, self.base, self.max_size)
-        idxs = self.sampler.sample_idxs(size, batch_size, use_cer, head)
+        weights = None
+        if self.prio is None:
+            idxs = self.sampler.sample_idxs(size, batch_size, use_cer, head)
+        else:
+            self._current_priorities()
+            idxs, weights = self.prio.draw(self.sampler, size, batch_size, use_cer, head, beta)
         self._drew()
-        if n_step == 1:
-            return idxs, self._gather(idxs, head)
-        return idxs, self._gather_nstep(idxs, n_step, gamma)
+        batch = self._gather(idxs, head) if n_step == 1 else self._gather_nstep(idxs, n_step, gamma)
+        if weights is not None:
+            batch["weights"] = weights
+        return idxs, batch
+
+    def _current_priorities(self) -> None:
+        """Bring the tree up to the ring state (the writer assigns pending transitions;
+        ``Reader`` re-reads the writer's priorities)."""
+        self.prio.catch_up(self.seen, self.base)
+
+    def update_priorities(self, idxs, priorities) -> None:
+        """Store ``(priority + epsilon) ** alpha`` for slots ``idxs`` (``prioritized.py``),
+        every argument checked before anything is written (the writer's ``_enter``)."""
+        with self.mutex:
+            self._enter("update priorities")
+            idxs = self._checked_idxs(idxs)
+            raw = check_priorities(priorities, len(idxs))
+            if self.prio is not None:
+                self.prio.update(idxs, raw, self.seen, self.base)
 
     def bind_add(self):
         """A specialised ``add`` for the facade to install, or None (see ``Writer.bind_add``)."""
@@ -162,8 +189,13 @@ class Session:
         if self.fields is None:
             return {}  # no fields yet, and _checked_idxs allowed only an empty selection
         if n_step == 1:
-            return self._gather(idxs, ring.ring_head(self.seen, self.base, self.max_size))
-        return self._gather_nstep(idxs, n_step, gamma)
+            batch = self._gather(idxs, ring.ring_head(self.seen, self.base, self.max_size))
+        else:
+            batch = self._gather_nstep(idxs, n_step, gamma)
+        if self.prio is not None:
+            self._current_priorities()
+            batch["priorities"] = self.prio.of(idxs)
+        return batch
 
     def _gather(self, idxs: np.ndarray, head: int) -> dict:
         return self.gatherer.gather(idxs, head, self.current_ns())
@@ -254,6 +286,9 @@ class Session:
         """Hook: what a session does while everything is still open (the writer flushes)."""
 
     def _release(self) -> None:
+        if self.prio is not None:
+            self.prio.close()
+            self.prio = None
         if self.gatherer is not None:
             self.gatherer.close()
             self.gatherer = None

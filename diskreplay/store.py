@@ -18,14 +18,28 @@ from . import ring
 from .convert import convert_store
 from .description import FORMAT_VERSION, MAX_SLOTS
 from .episodereader import EpisodeReader
-from .errors import InvalidArgumentError, RecoveryWarning, StoreClosedError
+from .errors import InvalidArgumentError, NotPrioritizedError, RecoveryWarning, StoreClosedError
 from .prefetch import Prefetcher
+from .prioritized import check_beta, check_field_names, is_prioritized, settings_keys
 from .layout import check_path
 from .nstep import check_n_step
 from .reader import Reader
 from .schema import check_count, check_row_sizes, normalize_fields
 from .session import Session
 from .writer import Writer
+
+
+class _DefaultBeta(float):
+    """The type of ``sample``'s default ``beta`` (0.4): told apart by identity from a
+    ``beta`` the caller passed, which a uniform store refuses."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "0.4"
+
+
+DEFAULT_BETA = _DefaultBeta(0.4)
 
 
 class DiskReplay:
@@ -40,7 +54,8 @@ class DiskReplay:
     @classmethod
     def create(cls, path, max_size, *, num_envs: int = 1, backend: str = "memmap", batch_size: int = 32,
                use_cer: bool = False, seed: int | None = None, fields: dict | None = None,
-               overwrite: bool = False, flush_every: int | None = None) -> "DiskReplay":
+               overwrite: bool = False, flush_every: int | None = None, prioritized: bool = False,
+               alpha: float = 0.6, epsilon: float = 1e-6) -> "DiskReplay":
         """Create an empty store at ``path`` (a directory) and open it for writing.
 
         ``fields`` declares ``{name: (shape, dtype)}`` for ``states``, ``actions``,
@@ -48,6 +63,8 @@ class DiskReplay:
         the first ``add`` (numpy data keeps its dtype; Python bool, int and float become
         bool, int64 and float32). ``flush_every`` flushes automatically every that many
         adds (default: only when the undo reserve requires it, on ``flush()`` and ``close()``).
+        ``prioritized=True`` makes a prioritized store (``sample`` draws by priority and adds
+        ``weights``; ``update_priorities`` stores ``(priority + epsilon) ** alpha``).
         """
         path = check_path(path, "path")
         max_size = check_count("max_size", max_size)
@@ -63,12 +80,16 @@ class DiskReplay:
             raise InvalidArgumentError(f"use_cer must be True or False, got {use_cer!r}")
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or seed < 0):
             raise InvalidArgumentError(f"seed must be a non-negative integer or None, got {seed!r}")
+        priority_keys = settings_keys(prioritized, alpha, epsilon)
         specs = normalize_fields(fields) if fields is not None else None
         if specs is not None:
             check_row_sizes(specs)
+            if priority_keys:
+                check_field_names(specs)
         return cls(Writer.create(path, max_size=max_size, num_envs=num_envs, backend=backend,
                                  batch_size=batch_size, use_cer=bool(use_cer), entropy=ring.new_entropy(seed),
-                                 specs=specs, overwrite=overwrite, flush_every=flush_every))
+                                 specs=specs, overwrite=overwrite, flush_every=flush_every,
+                                 priority_keys=priority_keys))
 
     @classmethod
     def open(cls, path, mode: str = "r+") -> "DiskReplay":
@@ -95,6 +116,9 @@ class DiskReplay:
         self.use_cer: bool = desc["use_cer"]
         self.format_version: int = desc["format_version"]
         self.flush_every: int | None = desc["flush_every"]
+        self.prioritized: bool = is_prioritized(desc)
+        self.alpha: float | None = desc.get("alpha") if self.prioritized else None
+        self.epsilon: float | None = desc.get("epsilon") if self.prioritized else None
         self.recovery_note: str | None = session.recovery_note
         self.batch_idxs: np.ndarray | None = None
         self._prefetchers = weakref.WeakSet()  # live batches() iterators, closed with the store
@@ -203,7 +227,8 @@ class DiskReplay:
         self._session.reset()
 
     # ------------------------------------------------------------------ reading
-    def sample(self, batch_size: int | None = None, *, n_step: int = 1, gamma: float = 0.99) -> dict:
+    def sample(self, batch_size: int | None = None, *, beta: float = DEFAULT_BETA, n_step: int = 1,
+               gamma: float = 0.99) -> dict:
         """A batch of uniformly sampled transitions: a dict of arrays with keys
         ``states, actions, rewards, next_states, dones`` (and extras), in the order of
         ``self.batch_idxs``. With ``use_cer`` the last index is the newest transition.
@@ -215,19 +240,44 @@ class DiskReplay:
         is ``gamma ** m``, m the number included. Float rewards keep their dtype, integer
         and bool rewards give float32 sums (``diskreplay/nstep.py``). Bad ``n_step`` or
         ``gamma`` raise ``InvalidArgumentError`` (``NStepTooLargeError`` when the ring
-        cannot hold k transitions of one env) before the sampler advances."""
+        cannot hold k transitions of one env) before the sampler advances.
+
+        On a prioritized store slot ``i`` is drawn with probability ``p_i / sum_j p_j`` and
+        the batch has ``weights`` (float32): ``(size * P(i)) ** -beta`` divided by the
+        largest weight any slot could get, ``(p_i / min_j p_j) ** -beta``. ``beta`` must be
+        in [0, 1]; passing it to a uniform store raises ``NotPrioritizedError``."""
         self._check_open()
+        if beta is not DEFAULT_BETA:
+            if not self.prioritized:
+                raise NotPrioritizedError(f"beta applies to prioritized stores only; {self.path} was created "
+                                          "without prioritized=True")
+            beta = check_beta(beta)
         batch_size = self.batch_size if batch_size is None else _check_batch_size(batch_size)
         # The defaults skip the checks (a W1 batch of 32 takes about 10 us); anything else,
         # arrays included, is checked before the sampler moves.
         if n_step.__class__ is not int or gamma.__class__ is not float or n_step != 1 or gamma != 0.99:
             n_step, gamma = check_n_step(n_step, gamma, self.max_size, self.num_envs)
-        self.batch_idxs, batch = self._session.sample(batch_size, self.use_cer, n_step, gamma)
+        self.batch_idxs, batch = self._session.sample(batch_size, self.use_cer, n_step, gamma, beta)
         return batch
+
+    def update_priorities(self, idxs, priorities) -> None:
+        """Set the priority of slots ``idxs`` from raw non-negative ``priorities`` (e.g. |TD
+        error| of the last batch, ``batch_idxs``): slot ``i`` then holds ``p_i = (priority +
+        epsilon) ** alpha``; of duplicate indices the last wins. Transitions added later get
+        the largest ``p`` held so far (1.0 in an empty store). When this returns the new
+        priorities survive a crash of this process; they survive a power cut once ``flush()``
+        returned. Bad input (``InvalidPriorityError``, ``IndexOutOfRangeError``,
+        ``NotPrioritizedError`` on a uniform store) leaves the store as it was."""
+        self._check_open()
+        if not self.prioritized:
+            raise NotPrioritizedError(f"update_priorities needs a prioritized store; {self.path} was created "
+                                      "without prioritized=True")
+        self._session.update_priorities(idxs, priorities)
 
     def get(self, idxs, *, n_step: int = 1, gamma: float = 0.99) -> dict:
         """The transitions at the given slot indices, as ``sample`` returns them (n-step
-        rows when ``n_step > 1``, as ``sample`` describes)."""
+        rows when ``n_step > 1``, as ``sample`` describes); on a prioritized store with
+        ``priorities``, each slot's stored ``p_i`` (float64)."""
         self._check_open()
         if n_step.__class__ is not int or gamma.__class__ is not float or n_step != 1 or gamma != 0.99:
             n_step, gamma = check_n_step(n_step, gamma, self.max_size, self.num_envs)

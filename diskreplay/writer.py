@@ -40,6 +40,7 @@ from .fsutil import io_error
 from .layout import (create_data_files, finish_creating, lock_exists, mark_creating, prepare_directory,
                      remove_data_files, remove_store_files, reserve_rows_for, undo_create)
 from .lock import WriterLock
+from .prioritized import is_prioritized
 from .recovery import recover_for_writer, restore_rows
 from .rowsums import update_sums
 from .schema import CORE_FIELDS, FieldSpec, check_row_sizes, coerce, infer_fields
@@ -57,7 +58,7 @@ class Writer(Session):
     @classmethod
     def create(cls, path: str, *, max_size: int, num_envs: int, backend: str, batch_size: int,
                use_cer: bool, entropy: int, specs: dict | None, overwrite: bool,
-               flush_every: int | None) -> "Writer":
+               flush_every: int | None, priority_keys: dict | None = None) -> "Writer":
         """Make the store's files (arguments already checked) and open it for writing."""
         backend_impl = get_backend(backend)
         directory = os.path.abspath(path)
@@ -75,12 +76,12 @@ class Writer(Session):
             if specs is not None:
                 reserve = reserve_rows_for(specs, num_envs, max_size, flush_every)
                 create_data_files(directory, backend_impl, specs, max_size, num_envs, reserve,
-                                  _initial_checkpoint(specs, num_envs))
+                                  _initial_checkpoint(specs, num_envs), bool(priority_keys))
             create_counters(directory)
-            write_description(directory, new_description(
+            write_description(directory, {**new_description(
                 backend=backend, max_size=max_size, num_envs=num_envs, batch_size=batch_size,
                 use_cer=use_cer, fields=specs, entropy=entropy, reserve_rows=reserve,
-                flush_every=flush_every))
+                flush_every=flush_every), **(priority_keys or {})})
             finish_creating(directory)
         except BaseException as exc:
             remove_store_files(directory)
@@ -110,6 +111,8 @@ class Writer(Session):
         self.seen, self.base, self.draws, self.resets = s.seen, s.base, s.draws, s.resets
         self.checkpoint = result.checkpoint
         self.recovery_note = result.note
+        if self.prio is not None:
+            self.prio.recover(self.seen, self.base, self.checkpoint.generation, result.from_checkpoint)
         self.sampler = ring.Sampler(self.desc["seed_entropy"], self.draws)
         self.counters.claim(os.getpid(), secrets.randbits(62))
         self.counters.sync()
@@ -239,7 +242,7 @@ class Writer(Session):
         backend = get_backend(self.desc["backend"])
         try:
             create_data_files(self.directory, backend, specs, self.max_size, self.num_envs, reserve,
-                              _initial_checkpoint(specs, self.num_envs))
+                              _initial_checkpoint(specs, self.num_envs), is_prioritized(self.desc))
             desc = dict(self.desc)
             desc["fields"] = {n: s.to_json() for n, s in specs.items()}
             desc["reserve_rows"] = reserve
@@ -247,7 +250,7 @@ class Writer(Session):
             write_description(self.directory, desc)  # the commit point: the store now has fields
         except BaseException as exc:
             if read_description(self.directory, BACKENDS)["fields"] is None:
-                remove_data_files(self.directory, backend, specs)
+                remove_data_files(self.directory, backend, specs, is_prioritized(self.desc))
             else:  # interrupted after the commit point: the files are the store's now
                 self._fail(exc)
             if isinstance(exc, OSError) and not isinstance(exc, DiskReplayError):
@@ -257,6 +260,8 @@ class Writer(Session):
             self._read_description()
             self._map_data()
             self.checkpoint = self.data.ckfile.newest()
+            if self.prio is not None:
+                self.prio.recover(self.seen, self.base, self.checkpoint.generation, False)
             self._set_flush_limit()
         except BaseException as exc:
             self._fail(exc)  # half-opened: refuse writes; reopening opens the store as written
@@ -331,6 +336,8 @@ class Writer(Session):
         ns_rows = self.current_ns() if seen > base else np.zeros_like(self.data.ns[0])
         ckfile = self.data.ckfile
         slot = generation % 2
+        if self.prio is not None:  # its snapshot of this generation is durable before the header is
+            self.prio.checkpoint(generation, seen, base)
         ckfile.write(slot, generation=generation, seen=seen, base=base, draws=self.sampler.draws,
                      resets=self.resets, ns_rows=ns_rows,
                      reserve_first=first_overwrite if count else seen + 1, reserve_parts=parts)
