@@ -44,7 +44,7 @@ from .errors import (CorruptStoreError, EmptyStoreError, InvalidArgumentError, I
 from .fsutil import preallocate_file
 from .mapped import MappedFile
 from .schema import FieldSpec
-from .sumtree import SumTree
+from . import sumtree
 
 PRIORITY_FILE = "priorities.bin"
 DATASET = "priorities"
@@ -207,7 +207,7 @@ class Priorities:
         except BaseException:
             self.close()
             raise
-        self.tree = SumTree(m)
+        self.tree = sumtree.SumTree(m, sumtree.FANOUT)  # read at open: tests narrow it
         self.loaded = None  # what a reader's copy was taken from
 
     # ------------------------------------------------------------------ live words
