@@ -390,7 +390,7 @@ class Priorities:
         if not (np.isfinite(live).all() and live.min() >= 0):
             out.append(f"{DATASET}: negative or non-finite values")
         if size and not leaves[:size].min() > 0:
-            out.append(f"{DATASET}: an occupied slot has priority 0 (it can never be sampled)")
+            out.append(f"{DATASET}: an occupied slot has a priority <= 0 (it can never be sampled)")
         if size < m and np.any(leaves[size:] != 0):
             out.append(f"{DATASET}: an empty slot has a priority")
         if size and float(leaves[:size].max()) > self.max_p:

@@ -33,7 +33,9 @@ from .counters import COMMIT_RETRIES, COUNTERS_FILE, Counters
 from .description import DESCRIPTION_FILE, read_description
 from .errors import DiskReplayError, StoreLockedError
 from .layout import CREATING_MARKER, NS_FILE, check_is_store
+from .lock import writer_alive
 from .npyfile import read_npy_header
+from .prioritized import PRIORITY_FILE, Priorities, is_prioritized
 from .rowsums import ROWSUMS_FILE, row_sum
 
 BLOCK_BYTES = 8 << 20
@@ -166,7 +168,29 @@ def verify_store(path, progress: Callable[[int, int], None] | None = None) -> Ve
         report.notes.append("rows were not read: the live counters cannot be trusted")
     elif starts:
         _read_rows(directory, desc, starts, (seen, base), checkpoint_seen, report, progress)
+    if seen is not None and is_prioritized(desc):
+        _check_priorities(directory, desc, seen, base, report)
     return report
+
+
+def _check_priorities(directory: str, desc: dict, seen: int, base: int, report: VerifyReport) -> None:
+    """A prioritized store: its priorities as a reader sees them, the tree built from them
+    checked node by node, ``max_p``, empty and occupied slots, the snapshots."""
+    try:
+        prio = Priorities(directory, desc, writable=False)
+    except DiskReplayError as exc:
+        report.problem(f"{PRIORITY_FILE}: {exc}")
+        return
+    try:
+        report.count("files")
+        prio.refresh_reader(seen, base, None, lambda: writer_alive(directory))
+        for problem in prio.problems(seen, base):
+            report.problem(problem)
+        report.checked["priorities"] = desc["max_size"]
+    except DiskReplayError as exc:
+        report.problem(f"{PRIORITY_FILE}: {exc}")
+    finally:
+        prio.close()
 
 
 def _data_starts(directory: str, desc: dict, report: VerifyReport) -> dict:

@@ -139,6 +139,9 @@ def store_info(buf: DiskReplay) -> dict:
         "num_envs": buf.num_envs,
         "batch_size": buf.batch_size,
         "use_cer": buf.use_cer,
+        "prioritized": buf.prioritized,
+        "alpha": buf.alpha,
+        "epsilon": buf.epsilon,
         "fields": {name: {"shape": list(shape), "dtype": np.dtype(dtype).name}
                    for name, (shape, dtype) in fields.items()},
         "disk_bytes": disk_bytes(buf.path),

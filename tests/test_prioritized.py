@@ -416,3 +416,43 @@ class PrioritizedMachine(RuleBasedStateMachine):
 TestPrioritizedMachine = PrioritizedMachine.TestCase
 TestPrioritizedMachine.settings = settings(max_examples=30, stateful_step_count=20, deadline=None,
                                            suppress_health_check=[HealthCheck.too_slow])
+
+
+# ---------------------------------------------------------------- CLI and verify
+def test_info_shows_alpha_and_epsilon_and_the_cli_samples_with_weights(tmp_path, backend):
+    import json
+
+    from click.testing import CliRunner
+
+    from diskreplay.cli.main import main
+
+    with make(tmp_path / "s", backend, alpha=0.5, epsilon=0.01) as buf:
+        fill(buf, 20)
+        runner = CliRunner()
+        out = runner.invoke(main, ["info", "--json", buf.path])
+        assert out.exit_code == 0, out.output
+        data = json.loads(out.output)
+        assert (data["prioritized"], data["alpha"], data["epsilon"]) == (True, 0.5, 0.01)
+        text = runner.invoke(main, ["info", buf.path]).output
+        assert "alpha           0.5" in text and "epsilon         0.01" in text
+        out = runner.invoke(main, ["sample", buf.path, "-n", "3"])
+        assert out.exit_code == 0 and "weights" in out.output.splitlines()[0]
+    with DiskReplay.create(tmp_path / "u", 10, backend=backend) as buf:
+        lines = CliRunner().invoke(main, ["info", buf.path]).output.splitlines()
+        assert not [line for line in lines if line.startswith(("alpha", "prioritized"))]
+
+
+def test_verify_checks_the_priorities_and_their_tree(tmp_path):
+    from diskreplay.verify import verify_store
+
+    with make(tmp_path / "s", "memmap", max_size=30) as buf:
+        fill(buf, 40)
+        buf.update_priorities(np.arange(30), np.arange(30.0))
+    report = verify_store(tmp_path / "s")
+    assert report.ok and report.checked["priorities"] == 30, report.problems
+    arr = np.load(tmp_path / "s" / "priorities.npy", mmap_mode="r+")
+    arr[7] = np.nan
+    arr.flush()
+    del arr
+    report = verify_store(tmp_path / "s")
+    assert not report.ok and any("non-finite" in p for p in report.problems)
