@@ -69,8 +69,8 @@ def settings_keys(prioritized, alpha, epsilon) -> dict:
     epsilon = _real("epsilon", epsilon)
     if not alpha >= 0:
         raise InvalidArgumentError(f"alpha must be >= 0 (0 samples uniformly), got {alpha!r}")
-    if not epsilon > 0:
-        raise InvalidArgumentError(f"epsilon must be > 0 (it keeps every priority positive), got {epsilon!r}")
+    if not epsilon >= 0:
+        raise InvalidArgumentError(f"epsilon must be >= 0 (> 0 keeps every priority positive), got {epsilon!r}")
     if not prioritized:
         return {}
     return {"prioritized": True, "alpha": alpha, "epsilon": epsilon}
@@ -389,7 +389,7 @@ class Priorities:
         live = np.asarray(self.live)
         if not (np.isfinite(live).all() and live.min() >= 0):
             out.append(f"{DATASET}: negative or non-finite values")
-        if size and not leaves[:size].min() > 0:
+        if size and self.epsilon > 0 and not leaves[:size].min() > 0:
             out.append(f"{DATASET}: an occupied slot has a priority <= 0 (it can never be sampled)")
         if size < m and np.any(leaves[size:] != 0):
             out.append(f"{DATASET}: an empty slot has a priority")

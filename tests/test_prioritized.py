@@ -228,7 +228,7 @@ def test_uniform_stores_refuse_update_priorities_and_beta(tmp_path, backend):
 
 
 @pytest.mark.parametrize("kwargs,match", [
-    ({"alpha": -0.1}, "alpha"), ({"alpha": float("inf")}, "alpha"), ({"epsilon": 0.0}, "epsilon"),
+    ({"alpha": -0.1}, "alpha"), ({"alpha": float("inf")}, "alpha"),
     ({"epsilon": -1.0}, "epsilon"), ({"alpha": "0.6"}, "alpha"), ({"prioritized": 1}, "prioritized"),
     ({"fields": {**cartpole_fields(), "weights": ((), "float32")}}, "reserved"),
 ])

@@ -37,8 +37,10 @@ from __future__ import annotations
 from ..errors import (InterfaceMismatchError, MemorySpecError, PartialStepWarning, ReadOnlyViewError,
                       SlotIndexError, StoreMismatchError)
 from .memory import DiskReplay, DiskReplayV4, DiskReplayV5, interface_for
+from .prioritized import DiskPrioritizedReplay, DiskPrioritizedReplayV4, DiskPrioritizedReplayV5
 from .slotviews import NextStateView, SlotView
 
-__all__ = ["DiskReplay", "DiskReplayV4", "DiskReplayV5", "InterfaceMismatchError", "MemorySpecError",
+__all__ = ["DiskReplay", "DiskReplayV4", "DiskReplayV5", "DiskPrioritizedReplay", "DiskPrioritizedReplayV4",
+           "DiskPrioritizedReplayV5", "InterfaceMismatchError", "MemorySpecError",
            "PartialStepWarning", "ReadOnlyViewError", "SlotIndexError", "StoreMismatchError",
            "interface_for", "SlotView", "NextStateView"]

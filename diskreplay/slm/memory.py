@@ -40,6 +40,7 @@ class DiskReplay:
     """
 
     slm_version = ""  # "v4" or "v5" on the concrete classes
+    _spec_type = MemorySpec  # the prioritized drop-in reads two more keys
     _arg_names: tuple = ()
     _extras: tuple = ()
 
@@ -68,7 +69,7 @@ class DiskReplay:
         self._field_names = CORE_FIELDS + self._extras
         self._value_names = ("states", "actions", "rewards", "next_states", "dones") + self._extras
         self.data_keys = list(self._value_names)
-        spec = MemorySpec(memory_spec, self._field_names, self._extras, self.slm_version)
+        spec = self._spec_type(memory_spec, self._field_names, self._extras, self.slm_version)
         self.batch_size = spec.settings["batch_size"]
         self._types = FieldTypes(spec.declared, self._field_names, self._value_names)
         self.store = spec.open_store(self.ns_idx_offset, self._owner_name)
@@ -233,7 +234,7 @@ class DiskReplay:
             idxs = self._cer(idxs)
             return idxs, self._rows(idxs)
         batch = self.store.sample(batch_size)
-        return self.store.batch_idxs.copy(), {key: batch[key] for key in self.data_keys}
+        return self.store.batch_idxs.copy(), {key: batch[key] for key in self._value_names}
 
     def _cer(self, idxs: np.ndarray) -> np.ndarray:
         raise NotImplementedError
@@ -246,7 +247,7 @@ class DiskReplay:
     def _rows(self, idxs: np.ndarray) -> dict:
         """The transitions at slots ``idxs`` (each in ``[0, size)``), as ``sample`` returns them,
         a buffered partial step included."""
-        return self._partial.rows(idxs, self.data_keys, self._specs())
+        return self._partial.rows(idxs, self._value_names, self._specs())
 
     def _next_state_rows(self) -> list:
         """The newest ``ns_idx_offset`` next states, oldest first."""
@@ -328,10 +329,10 @@ class DiskReplayV5(DiskReplay):
         batch = self.store.sample(batch_count(batch_size) + 1)
         uniform = self.store.batch_idxs[:-1].copy()
         idxs, num_new = self._apply_cer(uniform)
-        batch = {key: batch[key][: len(uniform) - num_new] for key in self.data_keys}
+        batch = {key: batch[key][: len(uniform) - num_new] for key in self._value_names}
         if num_new:
             newest = self.store.get(idxs[-num_new:])
-            batch = {key: np.concatenate([batch[key], newest[key]]) for key in self.data_keys}
+            batch = {key: np.concatenate([batch[key], newest[key]]) for key in self._value_names}
         return idxs, batch
 
 

@@ -67,7 +67,12 @@ class MemorySpec:
         return Store.create(path, spec["max_size"], num_envs=num_envs,
                             backend=spec.get("backend", "memmap"), batch_size=spec["batch_size"],
                             use_cer=spec.get("use_cer", False), seed=spec["seed"],
-                            fields={n: self.declared[n] for n in self.field_names} if complete else None)
+                            fields={n: self.declared[n] for n in self.field_names} if complete else None,
+                            **self.create_options())
+
+    def create_options(self) -> dict:
+        """More keyword arguments of ``DiskReplay.create`` (the prioritized drop-in's)."""
+        return {}
 
     def _check_resumed(self, store: Store, num_envs: int, owner_name: str) -> None:
         """Refuse a store that disagrees with the spec; keys the spec leaves out take the store's."""
