@@ -289,9 +289,13 @@ class Priorities:
             return
         self.catch_up(seen, base)
         p = (raw + self.epsilon) ** self.alpha
-        if len(idxs) > 1:
-            idxs, first = np.unique(idxs[::-1], return_index=True)
-            p = p[::-1][first]
+        if len(idxs) > 1:  # sorted, and of each duplicated index only its last value
+            order = idxs.argsort(kind="stable")
+            idxs, p = idxs[order], p[order]
+            last = np.empty(len(idxs), bool)
+            np.not_equal(idxs[1:], idxs[:-1], out=last[:-1])
+            last[-1] = True
+            idxs, p = idxs[last], p[last]
         w = self.words
         w[W_SEQ] += 1  # odd: readers wait for the update to finish
         self.dirty[idxs // BLOCK] = 3

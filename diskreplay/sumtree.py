@@ -2,10 +2,11 @@
 
 numpy only, no I/O. The leaves are one float64 per slot; level ``l + 1`` holds, for
 every block of ``fanout`` consecutive entries of level ``l``, their sum and the smallest
-positive entry (``inf`` for a block with none). A binary tree costs a numpy call per
-level and per operation; with a fanout of 128 a store of 10^6 slots has three levels, so
-drawing a batch is three vectorized steps (gather the chosen blocks, cumulative sums,
-count the prefix sums below each mass) and an update touches three levels.
+positive entry (``inf`` for a block with none). A binary tree costs numpy calls per level
+and per operation (20 levels for 10^6 slots); with a fanout near the cube root of the
+capacity (100 for 10^6 slots) drawing a batch is a cumulative sum over the top level and
+two vectorized steps (gather the chosen blocks, cumulative sums, count the prefix sums
+below each mass), and an update recomputes two or three levels.
 
 Every node is recomputed from its children, never adjusted by a difference: a block's sum
 depends only on the block's values, so a tree rebuilt from the leaves (at open) equals,
@@ -16,14 +17,23 @@ from __future__ import annotations
 
 import numpy as np
 
-FANOUT = 128
-_CHUNK_BLOCKS = 1 << 13  # blocks recomputed per numpy call in a rebuild (bounded temporary memory)
+FANOUT = None  # None: chosen per capacity (``fanout_for``); tests set a small one for deep trees
+_CHUNK_BLOCKS = 1 << 13
+# The ufuncs' own methods: numpy's module-level wrappers cost a microsecond or two per call.
+_accumulate, _add, _min = np.add.accumulate, np.add.reduce, np.minimum.reduce  # blocks recomputed per numpy call in a rebuild (bounded temporary memory)
+
+
+def fanout_for(capacity: int) -> int:
+    """About the cube root of the capacity (16..256): two gathered levels and a top level
+    of at most ``fanout`` entries for up to ~10^7 slots, each level a few numpy calls."""
+    return int(min(256, max(16, round(capacity ** (1 / 3)))))
 
 
 class SumTree:
     """Sums and positive minima over ``capacity`` leaves (``leaves`` is a padded float64 array)."""
 
-    def __init__(self, capacity: int, fanout: int = FANOUT):
+    def __init__(self, capacity: int, fanout: int | None = None):
+        fanout = fanout_for(capacity) if fanout is None else fanout
         if capacity < 1 or fanout < 2:
             raise ValueError("capacity must be >= 1 and fanout >= 2")
         self.capacity = capacity
@@ -35,52 +45,64 @@ class SumTree:
         padded = [-(-n // fanout) * fanout for n in sizes[:-1]] + [sizes[-1]]
         self.sums = [np.zeros(n) for n in padded]
         self.mins = [None] + [np.full(n, np.inf) for n in padded[1:]]
+        self.blocks = [a.reshape(-1, fanout) for a in self.sums[:-1]]  # children of level l + 1, by parent
+        self.min_blocks = [None] + [a.reshape(-1, fanout) for a in self.mins[1:-1]]
         self.leaves = self.sums[0]
+        self._scratch = {}
 
     # ------------------------------------------------------------------ queries
     @property
     def total(self) -> float:
         """Sum of every leaf (of the top level's entries: the same on every rebuild)."""
-        return float(self.sums[-1].sum()) if len(self.sums) > 1 else float(self.leaves.sum())
+        return float(self.sums[-1].sum())
 
     @property
     def min_positive(self) -> float:
         """The smallest positive leaf, ``inf`` when none is."""
         if len(self.sums) == 1:
-            return _positive_min(self.leaves[None, :])[0]
+            return float(np.min(self.leaves, where=self.leaves > 0, initial=np.inf))
         return float(self.mins[-1].min())
 
     def find(self, masses: np.ndarray) -> np.ndarray:
         """For each mass ``u`` in ``[0, total)``, the leaf ``i`` with
         ``sum(leaves[:i]) <= u < sum(leaves[:i + 1])``: leaf ``i`` is found with probability
-        ``leaves[i] / total`` for uniform masses. A mass rounding past a block's end
-        takes the block's last positive entry, so a zero leaf is never returned."""
+        ``leaves[i] / total`` for uniform masses. Per level: gather the chosen blocks, their
+        cumulative sums, count those <= the mass. A mass that rounding carries past its
+        block's end would land on a zero leaf; those (rare) take the nearest positive leaf
+        before it."""
         u = np.array(masses, dtype=np.float64)
-        top = self.sums[-1]
-        cs = np.cumsum(top)
-        j = np.minimum(np.searchsorted(cs, u, side="right"), np.searchsorted(cs, cs[-1], side="left"))
-        u -= np.where(j > 0, cs[j - 1], 0.0)
-        idx = j
-        b = self.fanout
-        rows = np.arange(len(u))
-        for level in range(len(self.sums) - 2, -1, -1):
-            block = self.sums[level].reshape(-1, b)[idx]
-            cs = np.cumsum(block, axis=1)
-            j = np.minimum((cs <= u[:, None]).sum(axis=1), (cs < cs[:, -1:]).sum(axis=1))
-            u -= np.where(j > 0, cs[rows, j - 1], 0.0)
+        k, b = len(u), self.fanout
+        scratch = self._scratch.get(k)
+        if scratch is None:  # cumulative sums with a leading 0 column: the prefix before child j is cs[j]
+            scratch = self._scratch[k] = (np.zeros((k, b + 1)), np.arange(k), np.zeros((1, len(self.sums[-1]) + 1)))
+        cs, rows, top_cs = scratch
+        _accumulate(self.sums[-1], out=top_cs[0, 1:])
+        idx = np.searchsorted(top_cs[0, 1:], u, side="right")
+        np.minimum(idx, len(self.sums[-1]) - 1, out=idx)
+        u -= top_cs[0, idx]
+        for blocks in reversed(self.blocks):
+            _accumulate(blocks.take(idx, axis=0), axis=1, out=cs[:, 1:])
+            j = (cs[:, 1:] <= u[:, None]).sum(axis=1)
+            np.minimum(j, b - 1, out=j)
+            u -= cs[rows, j]
             idx = idx * b + j
+        if not self.leaves[idx].all():
+            self._past_block_ends(idx)
         return idx
+
+    def _past_block_ends(self, idx: np.ndarray) -> None:
+        for pos in np.flatnonzero(self.leaves[idx] == 0).tolist():
+            before = np.flatnonzero(self.leaves[: idx[pos] + 1] > 0)
+            idx[pos] = before[-1] if len(before) else np.flatnonzero(self.leaves > 0)[0]
 
     # ------------------------------------------------------------------ updates
     def update(self, slots: np.ndarray, values: np.ndarray) -> None:
-        """Set ``leaves[slots] = values`` (``slots`` sorted, without duplicates) and
-        recompute every node above them."""
+        """Set ``leaves[slots] = values`` (no slot twice) and recompute every node above them
+        (a parent listed twice is recomputed twice, to the same value)."""
         self.leaves[slots] = values
         parents = slots
         for level in range(1, len(self.sums)):
             parents = parents // self.fanout
-            if len(parents) > 1:
-                parents = parents[np.concatenate(([True], parents[1:] != parents[:-1]))]
             self._recompute(level, parents)
 
     def update_range(self, lo: int, hi: int, value) -> None:
@@ -103,13 +125,12 @@ class SumTree:
 
     def _recompute(self, level: int, parents) -> None:
         """Recompute the entries ``parents`` (indices or a slice) of ``level`` from their blocks."""
-        b = self.fanout
-        children = self.sums[level - 1].reshape(-1, b)[parents]
-        self.sums[level][parents] = children.sum(axis=1)
+        children = self.blocks[level - 1][parents]
+        self.sums[level][parents] = _add(children, axis=1)
         if level == 1:
-            self.mins[1][parents] = _positive_min(children)
+            self.mins[1][parents] = _min(children, axis=1, where=children > 0, initial=np.inf)
         else:
-            self.mins[level][parents] = self.mins[level - 1].reshape(-1, b)[parents].min(axis=1)
+            self.mins[level][parents] = _min(self.min_blocks[level - 1][parents], axis=1)
 
     # ------------------------------------------------------------------ checking
     def problems(self) -> list[str]:
@@ -128,11 +149,6 @@ class SumTree:
                     out.append(f"level {level}: {len(bad)} {name} node(s) disagree with their children "
                                f"(first at node {int(bad[0])})")
         return out
-
-
-def _positive_min(rows: np.ndarray) -> np.ndarray:
-    """Per row, the smallest entry > 0 (``inf`` where none is)."""
-    return np.where(rows > 0, rows, np.inf).min(axis=1)
 
 
 __all__ = ["FANOUT", "SumTree"]
