@@ -3,6 +3,7 @@
     .venv/bin/python scripts/bench.py --json bench.json        # full run, about 10 minutes
     .venv/bin/python scripts/bench.py --quick --json out.json  # tiny sizes, seconds (the test suite)
     .venv/bin/python scripts/bench.py --workloads W1,W2 --repeats 5
+    .venv/bin/python scripts/bench.py --workloads W5            # prioritized replay only
     .venv/bin/python scripts/bench.py --scaling --json s.json --plot s.png  # costs against store size
                                                                           # (scripts/bench_scaling.py)
 
@@ -12,6 +13,12 @@ W3 atari (4x84x84 uint8, 8 envs) adds, reopen and warm sampling; W4 the W3 store
 cold (each system's own store from W3, built if missing). W1x: W1 plus two extra fields
 (``truncateds`` bool, ``log_probs`` float32), adds against numpy. W3lat: W3's frames in a ring
 of 25,000 slots that wraps 4 times, every add timed alone: p50/p99/p99.9/max latency.
+W5 prioritized: W1's store created with ``prioritized=True``, its adds, then a loop of
+``sample(32)`` and ``update_priorities`` of those 32 indices (errors from a fixed table),
+against cpprb's ``PrioritizedReplayBuffer`` (C++, in RAM; ``sample(32, beta=0.4)`` then
+``update_priorities(indexes, errors)``), a faithful port of SLM-Lab's ``PrioritizedReplay``
+(scripts/slm_per.py, in RAM) and the uniform W1 store's adds of the same run
+(``diskreplay-uniform``): ratios ``x_cpprb-per``, ``x_slm-per``, ``x_diskreplay-uniform``.
 
 Systems: diskreplay on both backends; the seed's in-RAM design (scripts/seed_replay.py);
 plain preallocated numpy arrays in RAM, next states stored (the limit); plain np.memmap
@@ -53,6 +60,7 @@ import json
 import mmap
 import os
 import platform
+import random
 import shutil
 import statistics
 import subprocess
@@ -82,6 +90,9 @@ FULL = {
     # W3's frames in a ring that wraps 4 times: every add timed alone (latency percentiles)
     "W3lat": dict(state=[4, 84, 84], dtype="uint8", max_size=25_000, num_envs=8, steps=12_500, batches=[],
                   sample_calls=0, sample_warmup=0, latency=True),
+    # W1 prioritized (issue 16): adds, then sample(32) + update_priorities of those 32
+    "W5": dict(state=[4], dtype="float32", max_size=1_000_000, num_envs=1, steps=200_000, batches=[],
+               sample_calls=5000, sample_warmup=200, prioritized=True),
 }
 QUICK = {
     "W1": dict(FULL["W1"], max_size=20_000, steps=5_000, sample_calls=300, sample_warmup=20),
@@ -90,6 +101,7 @@ QUICK = {
     "W4": dict(FULL["W4"], max_size=2_000, steps=250, sample_calls=10, loop_batches=5),
     "W1x": dict(FULL["W1x"], max_size=20_000, steps=5_000, sample_calls=300, sample_warmup=20),
     "W3lat": dict(FULL["W3lat"], max_size=400, steps=200),
+    "W5": dict(FULL["W5"], max_size=20_000, steps=5_000, sample_calls=300, sample_warmup=20),
 }
 SYSTEMS = {
     "W1": ["diskreplay-memmap", "diskreplay-hdf5", "seed", "numpy", "np.memmap", "h5py-chunked", *PEERS],
@@ -99,8 +111,10 @@ SYSTEMS = {
            "torchrl-memmap"],
     "W1x": ["diskreplay-memmap", "diskreplay-hdf5", "numpy"],
     "W3lat": ["diskreplay-memmap", "diskreplay-hdf5", "numpy", "np.memmap"],
+    "W5": ["diskreplay-memmap", "diskreplay-hdf5", "diskreplay-uniform", "cpprb-per", "slm-per"],
 }
-WORKLOADS = ("W1", "W2", "W3", "W4", "W1x", "W3lat")  # the run order: W4 samples W3's stores
+WORKLOADS = ("W1", "W2", "W3", "W4", "W1x", "W3lat", "W5")  # the run order: W4 samples W3's stores
+W5_BASELINES = ("cpprb-per", "slm-per", "diskreplay-uniform")
 BASELINES = ("seed", "numpy", "np.memmap", "h5py-chunked")
 TIME_CAP = 3.0  # seconds: slow systems stop their timed sampling loop early
 FIELDS = ("states", "actions", "rewards", "next_states", "dones")
@@ -207,8 +221,9 @@ class System(bench_peers.System):
 
 
 class DiskReplaySystem(System):
-    def __init__(self, backend):
+    def __init__(self, backend, prioritized=None):
         self.backend = backend
+        self.prioritized = prioritized  # None: as the workload says
 
     def create(self, spec, path):
         from diskreplay import DiskReplay
@@ -217,8 +232,9 @@ class DiskReplaySystem(System):
                   "rewards": ((), "float32"), "dones": ((), "bool")}
         fields.update({name: ((), dt) for name, dt in spec.get("extras", {}).items()})
         self.path = path
+        prioritized = spec.get("prioritized", False) if self.prioritized is None else self.prioritized
         self.buf = DiskReplay.create(path, spec["max_size"], num_envs=spec["num_envs"], backend=self.backend,
-                                     seed=0, fields=fields, overwrite=True)
+                                     seed=0, fields=fields, overwrite=True, prioritized=prioritized)
 
     def touch(self):
         for arr in self.buf._session.storage.arrays.values():
@@ -232,6 +248,11 @@ class DiskReplaySystem(System):
 
     def sample(self, b):
         return self.buf.sample(b)
+
+    def sample_update(self, b, errors):
+        batch = self.buf.sample(b)
+        self.buf.update_priorities(self.buf.batch_idxs, errors)
+        return batch
 
     def finish_adds(self):
         self.buf.flush()
@@ -454,11 +475,63 @@ class SeedSystem(System):
         return self.mem.sample(b)
 
 
+class CpprbPERSystem(System):
+    """cpprb's PrioritizedReplayBuffer (C++, in RAM; alpha 0.6 as diskreplay's default):
+    obs, act, rew, next_obs, done as in the cpprb peer (scripts/bench_peers.py); new rows get
+    cpprb's running maximum priority; sample(b, beta=0.4) then update_priorities(indexes, errors)."""
+
+    def create(self, spec, path):
+        from cpprb import PrioritizedReplayBuffer
+
+        shape, dtype = tuple(spec["state"]), np.dtype(spec["dtype"])
+        self.spec = spec
+        self.env_dict = {"obs": {"shape": shape, "dtype": dtype}, "act": {"dtype": np.int64}, "rew": {},
+                         "next_obs": {"shape": shape, "dtype": dtype}, "done": {}}
+        self.rb = PrioritizedReplayBuffer(spec["max_size"], self.env_dict, alpha=0.6)
+
+    def touch(self):
+        chunk, m = 1024, self.spec["max_size"]
+        rows = {k: np.zeros((chunk,) + tuple(np.atleast_1d(v.get("shape", 1))), v.get("dtype", np.float32))
+                for k, v in self.env_dict.items()}
+        for start in range(0, m, chunk):
+            self.rb.add(**{k: v[:min(chunk, m - start)] for k, v in rows.items()})
+        self.rb.clear()
+
+    def add(self, s, a, r, ns, d):
+        self.rb.add(obs=s, act=a, rew=r, next_obs=ns, done=d)
+
+    def sample_update(self, b, errors):
+        batch = self.rb.sample(b, beta=0.4)
+        self.rb.update_priorities(batch["indexes"], errors)
+        return batch
+
+
+class SLMPERSystem(System):
+    """A faithful port of SLM-Lab's PrioritizedReplay (scripts/slm_per.py), in RAM."""
+
+    def create(self, spec, path):
+        from slm_per import SLMPrioritizedReplay  # scripts/, this script's directory, is on sys.path
+
+        self.mem = SLMPrioritizedReplay(spec["max_size"], 32, alpha=0.6, epsilon=1e-6, num_envs=spec["num_envs"])
+        np.random.seed(0)
+        random.seed(0)
+
+    def add(self, s, a, r, ns, d):
+        self.mem.update(s, a, r, ns, d)
+
+    def sample_update(self, b, errors):
+        batch = self.mem.sample(b)
+        self.mem.update_priorities(errors)
+        return batch
+
+
 def make_system(name):
     if name in PEERS:
         return bench_peers.make_peer(name)
     return {"diskreplay-memmap": lambda: DiskReplaySystem("memmap"),
             "diskreplay-hdf5": lambda: DiskReplaySystem("hdf5"),
+            "diskreplay-uniform": lambda: DiskReplaySystem("memmap", prioritized=False),
+            "cpprb-per": CpprbPERSystem, "slm-per": SLMPERSystem,
             "numpy": NumpySystem, "np.memmap": MemmapSystem,
             "np.memmap+random": lambda: MemmapSystem(random=True),
             "seed": SeedSystem, "h5py-chunked": H5pyChunkedSystem}[name]()
@@ -471,6 +544,8 @@ def store_of(system_name):
 
 def unavailable(system_name):
     """Why a system cannot run here (None when it can): peers may not be installed."""
+    if system_name == "cpprb-per":
+        return bench_peers.missing("cpprb")
     return bench_peers.missing(system_name) if system_name in PEERS else None
 
 
@@ -554,6 +629,12 @@ def run_worker(workload, system_name, spec, workdir):
         result["open_s"] = system.reopen()
     for b in spec["batches"]:
         result[f"sample{b}_per_s"] = sample_rate(system.sample, b, spec)
+        peak()
+    if workload == "W5" and hasattr(system, "sample_update") and system_name != "diskreplay-uniform":
+        errors = np.random.default_rng(2).random((64, 32))
+        calls = iter(range(1 << 62))
+        result["sample32_update_per_s"] = sample_rate(
+            lambda b: system.sample_update(b, errors[next(calls) % 64]), 32, spec)
         peak()
     result["rss_anon_mb"] = peak.value / 2 ** 20
     system.close()
@@ -758,7 +839,7 @@ def add_ratios(results):
             for key, value in metrics.items():
                 if not is_rate(key) and key != "cold_ms_per_batch":
                     continue
-                for base in BASELINES:
+                for base in BASELINES + (W5_BASELINES if w == "W5" else ()):
                     ref = systems.get(base, {}).get(key)
                     if ref and ref["median"] and base != name:
                         r = value["median"] / ref["median"]
@@ -788,6 +869,8 @@ GOALS = [  # (workload, metric, baseline, minimum ratio, what)
     ("W2", "add_per_s", "numpy", 0.4, "W2 add >= 0.4x numpy"),
     ("W3", "add_per_s", "np.memmap", 1.0, "W3 add >= 1.0x np.memmap"),
     ("W3", "sample32_per_s", "np.memmap", 1.0, "W3 warm sample >= 1.0x np.memmap"),
+    ("W5", "sample32_update_per_s", "cpprb-per", 1.0, "W5 sample(32)+update >= 1.0x cpprb PER"),
+    ("W5", "add_per_s", "diskreplay-uniform", 0.5, "W5 prioritized add >= 0.5x uniform add"),
 ]
 
 
@@ -846,6 +929,18 @@ def table(results):
     return "\n".join(lines)
 
 
+def w5_table(results):
+    """W5's ratios to its own baselines (cpprb PER, the SLM-Lab port, the uniform store)."""
+    lines = ["| system | metric | median | spread (min-max) | x cpprb-per | x slm-per | x diskreplay-uniform |",
+             "|---|---|---:|---:|---:|---:|---:|"]
+    for name, metrics in results.get("W5", {}).items():
+        for key, v in metrics.items():
+            ratios = [f"{v[f'x_{b}']:.2f}" if f"x_{b}" in v else "-" for b in W5_BASELINES]
+            lines.append(f"| {name} | {key} | {fmt(v['median'])} | {fmt(v['min'])}-{fmt(v['max'])} | "
+                         + " | ".join(ratios) + " |")
+    return "\n".join(lines)
+
+
 def goals_table(rows):
     lines = ["| system | goal | measured | met |", "|---|---|---:|---|"]
     for r in rows:
@@ -887,7 +982,7 @@ def main(argv=None):
     parser.add_argument("--quick", action="store_true", help="tiny sizes, seconds (the test suite runs this)")
     parser.add_argument("--repeats", type=int, default=None, help="processes per system (default 3, quick 1)")
     parser.add_argument("--json", metavar="PATH", help="also write the results as JSON")
-    parser.add_argument("--workloads", default="W1,W2,W3,W4,W1x,W3lat")
+    parser.add_argument("--workloads", default="W1,W2,W3,W4,W1x,W3lat,W5")
     parser.add_argument("--workdir", default=None, help="where stores are written (default: a new temp dir)")
     parser.add_argument("--worker", nargs=2, metavar=("WORKLOAD", "SYSTEM"), help=argparse.SUPPRESS)
     parser.add_argument("--spec", help=argparse.SUPPRESS)
@@ -921,6 +1016,9 @@ def main(argv=None):
         shutil.rmtree(workdir, ignore_errors=True)
     goal_rows = goals(results)
     print(table(results))
+    if "W5" in results:
+        print()
+        print(w5_table(results))
     print()
     print(goals_table(goal_rows))
     for system, why in skipped.items():
