@@ -86,7 +86,8 @@ def main() -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of a table.")
 @handle_errors
 def info(path: str, as_json: bool) -> None:
-    """Show what the store at PATH holds: backend, sizes, counters and fields.
+    """Show what the store at PATH holds: backend, sizes, counters and fields
+    (and alpha and epsilon of a prioritized store).
 
     Example: diskreplay info runs/pong.replay
     """
@@ -276,6 +277,8 @@ def sample(path, n, seed, n_step, gamma, as_json) -> None:
     uniform in [0, size) from numpy's default_rng(S). --json adds the drawn slots
     under "idxs". --n-step N gives n-step rows (discounted rewards over up to N
     transitions of each env and episode, and their discounts), as sample(n_step=N).
+    On a prioritized store the batch is drawn by priority and has its weights
+    (beta 0.4); with --seed the indices are uniform and it has their priorities.
 
     Example: diskreplay sample runs/pong.replay -n 4 --seed 0 --json
     """
