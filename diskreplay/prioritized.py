@@ -118,7 +118,7 @@ def check_priorities(priorities, count: int) -> np.ndarray:
     arr = arr.astype(np.float64).reshape(-1)
     if len(arr) != count:
         raise InvalidPriorityError(f"got {len(arr)} priorities for {count} indices; pass one per index")
-    if len(arr) and not (np.isfinite(arr).all() and arr.min() >= 0):
+    if len(arr) and not (arr.min() >= 0 and arr.max() < np.inf):  # NaN fails both
         bad = arr[~np.isfinite(arr) | (arr < 0)][0]
         raise InvalidPriorityError(f"priorities must be finite and >= 0 (e.g. |TD error|), got {bad!r}")
     return arr

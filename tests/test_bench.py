@@ -25,6 +25,8 @@ SYSTEMS = {
     "W4": W4_SYSTEMS,
     "W1x": {"diskreplay-memmap", "diskreplay-hdf5", "numpy"},
     "W3lat": {"diskreplay-memmap", "diskreplay-hdf5", "numpy", "np.memmap"},
+    "W5": {"diskreplay-memmap", "diskreplay-hdf5", "diskreplay-uniform", "slm-per"}
+    | ({"cpprb-per"} if "cpprb" in INSTALLED else set()),
 }
 
 
@@ -38,7 +40,8 @@ def test_quick_benchmark_reports_every_workload_and_system(tmp_path):
     assert set(results) == set(SYSTEMS)
     for workload, systems in SYSTEMS.items():
         assert set(results[workload]) == systems, workload
-    assert set(data["skipped"]) == set(PEER_MODULES) - INSTALLED
+    assert set(data["skipped"]) == (set(PEER_MODULES) - INSTALLED) | (
+        {"cpprb-per"} if "cpprb" not in INSTALLED else set())
     for peer, why in data["skipped"].items():
         assert "not installed" in why and f"skipped {peer}: not installed" in proc.stdout
     assert set(data["peer_notes"]) == INSTALLED
@@ -82,6 +85,9 @@ def test_quick_benchmark_reports_every_workload_and_system(tmp_path):
         assert lat["wraps"]["median"] >= 3
         assert 0 < lat["add_p50_us"]["median"] <= lat["add_p99_us"]["median"] <= lat["add_p999_us"]["median"] \
             <= lat["add_max_us"]["median"]
+        w5 = results["W5"][name]
+        assert "x_diskreplay-uniform" in w5["add_per_s"] and "x_slm-per" in w5["sample32_update_per_s"]
+        assert ("x_cpprb-per" in w5["sample32_update_per_s"]) == ("cpprb" in INSTALLED)
     assert data["goals"] and {"nproc", "kernel", "numpy", "h5py", "mem_gib"} <= set(data["machine"])
     assert "| W1 | diskreplay-memmap | add_per_s |" in proc.stdout and "x numpy" in proc.stdout
 
