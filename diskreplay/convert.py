@@ -37,7 +37,8 @@ def convert_store(src, dst, *, backend, progress=None, overwrite=False, block_ro
         target = Writer.create(dst_path, max_size=source.max_size, num_envs=source.num_envs,
                                backend=backend, batch_size=desc["batch_size"], use_cer=desc["use_cer"],
                                entropy=desc["seed_entropy"], specs=source.fields, overwrite=overwrite,
-                               flush_every=desc["flush_every"])
+                               flush_every=desc["flush_every"],
+                               priority_keys={k: desc[k] for k in ("prioritized", "alpha", "epsilon") if k in desc})
         try:
             state = source.state()
             ns_rows = None
@@ -45,6 +46,10 @@ def convert_store(src, dst, *, backend, progress=None, overwrite=False, block_ro
                 _copy_rows(source, target, ring.ring_size(state.seen, state.base, source.max_size),
                            progress, block_rows)
                 ns_rows = source.current_ns()
+            if source.prio is not None:  # a prioritized store: its priorities as a reader sees them
+                source._current_priorities()
+                target.prio.adopt(source.prio.tree.leaves[:source.max_size], source.prio.view_max_p,
+                                  state.seen, state.base)
             target.adopt(state, ns_rows)
         finally:
             target.close()

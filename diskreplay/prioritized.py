@@ -363,6 +363,16 @@ class Priorities:
                 leaves[a:b] = max_p
         self.tree.rebuild()
         self.loaded = state
+        self.view_max_p = max_p
+
+    def adopt(self, values: np.ndarray, max_p: float, seen: int, base: int) -> None:
+        """Take over another store's priorities (``convert``: rows copied slot for slot);
+        the flush that follows snapshots them."""
+        self.dirty[:] = 3
+        self.live[:] = values
+        self._set_max_p(max_p)
+        self.words[W_ASSIGNED], self.words[W_BASE] = seen, base
+        self._load(self.live)
 
     # ------------------------------------------------------------------ sampling
     def draw(self, sampler: ring.Sampler, size: int, batch_size: int, use_cer: bool, head: int,

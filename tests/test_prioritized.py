@@ -456,3 +456,22 @@ def test_verify_checks_the_priorities_and_their_tree(tmp_path):
     del arr
     report = verify_store(tmp_path / "s")
     assert not report.ok and any("non-finite" in p for p in report.problems)
+
+
+def test_convert_keeps_priorities_and_the_sampler_stream(tmp_path, backend):
+    other = [b for b in BACKENDS if b != backend][0]
+    with make(tmp_path / "s", backend, max_size=30) as buf:
+        fill(buf, 40)
+        buf.update_priorities(np.arange(30), np.arange(30.0))
+        fill(buf, 3, start=41)  # pending at max_p
+        want = all_priorities(buf)
+    DiskReplay.convert(tmp_path / "s", tmp_path / "c", backend=other)
+    with DiskReplay.open(tmp_path / "s") as a, DiskReplay.open(tmp_path / "c") as c:
+        assert c.prioritized and (c.alpha, c.epsilon, c.backend) == (a.alpha, a.epsilon, other)
+        np.testing.assert_array_equal(all_priorities(c), want)
+        a.sample(16)
+        c.sample(16)
+        np.testing.assert_array_equal(a.batch_idxs, c.batch_idxs)
+        fill(a, 1, start=44)
+        fill(c, 1, start=44)
+        assert all_priorities(c)[13] == all_priorities(a)[13] == max(want)

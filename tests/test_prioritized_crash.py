@@ -181,6 +181,11 @@ def check_prio_images(rec, tmp_path, rng, monkeypatch) -> tuple[int, list]:
                 try:
                     with warnings.catch_warnings():
                         warnings.simplefilter("ignore", RecoveryWarning)
+                        with DiskReplay.open(str(d), mode="r") as ro:  # the same, read virtually
+                            want = [p for s, p in (flushed_p, pending) if s == ro.seen_size] if flushed_p else []
+                            got = ro.get(np.arange(ro.size))["priorities"]
+                            if not any(np.array_equal(got, w[:ro.size]) for w in want):
+                                found.append(f"reader at seen {ro.seen_size}: priorities are not those of its flush")
                         with DiskReplay.open(str(d)) as buf:
                             seen = buf.seen_size
                             want = [p for s, p in (flushed_p, pending) if s == seen] if flushed_p else []
