@@ -23,7 +23,8 @@ from .fsutil import check_free_space, fsync_dir, io_error
 from .lock import LOCK_FILE
 from .mapped import MappedFile
 from .npyfile import create_npy, open_npy
-from .prioritized import PRIORITY_FILE, check_field_names, create_priority_file, prioritized_bytes
+from .prioritized import PRIORITY_FILE, create_priority_file, prioritized_bytes
+from .priorityargs import check_field_names
 from .prioritized import SPEC as PRIORITIES_SPEC
 from .prioritized import data_files as priority_files
 from .rowsums import ROWSUMS_FILE

@@ -29,7 +29,6 @@ back exactly as they were at that flush.
 from __future__ import annotations
 
 import math
-import numbers
 import os
 import struct
 import time
@@ -39,17 +38,16 @@ import numpy as np
 
 from . import ring
 from .backends import get_backend
-from .errors import (CorruptStoreError, EmptyStoreError, InvalidArgumentError, InvalidPriorityError,
-                     TornReadError)
+from .errors import CorruptStoreError, EmptyStoreError, TornReadError
 from .fsutil import preallocate_file
 from .mapped import MappedFile
+from .priorityargs import is_prioritized, read_settings
 from .schema import FieldSpec
 from . import sumtree
 
 PRIORITY_FILE = "priorities.bin"
 DATASET = "priorities"
 SPEC = FieldSpec(DATASET, (), np.dtype(np.float64))
-RESERVED_NAMES = (DATASET, "weights")  # keys a prioritized batch adds: no field may take them
 BLOCK = 512  # slots per dirty byte (4 KiB of priorities)
 PAGE = 4096
 MAGIC = int.from_bytes(b"DRPRIO01", "little", signed=True)
@@ -57,71 +55,6 @@ SNAP_MAGIC = b"DRPSNP01"
 W_MAGIC, W_VERSION, W_ASSIGNED, W_BASE, W_MAXP, W_SEQ = range(6)
 _HEADER = struct.Struct("<8sQQQQdI")  # magic, generation, seen, base, assigned, max_p, crc
 SEQ_RETRIES = 2000  # re-reads (0.5 ms apart) of priorities an update is writing
-
-
-# ---------------------------------------------------------------------- settings
-def settings_keys(prioritized, alpha, epsilon) -> dict:
-    """The ``store.json`` keys of ``create(..., prioritized, alpha, epsilon)`` (checked);
-    none for a uniform store, whose description stays as it was."""
-    if not isinstance(prioritized, (bool, np.bool_)):
-        raise InvalidArgumentError(f"prioritized must be True or False, got {prioritized!r}")
-    alpha = _real("alpha", alpha)
-    epsilon = _real("epsilon", epsilon)
-    if not alpha >= 0:
-        raise InvalidArgumentError(f"alpha must be >= 0 (0 samples uniformly), got {alpha!r}")
-    if not epsilon >= 0:
-        raise InvalidArgumentError(f"epsilon must be >= 0 (> 0 keeps every priority positive), got {epsilon!r}")
-    if not prioritized:
-        return {}
-    return {"prioritized": True, "alpha": alpha, "epsilon": epsilon}
-
-
-def _real(name: str, value) -> float:
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real) or not math.isfinite(value):
-        raise InvalidArgumentError(f"{name} must be a finite number, got {value!r}")
-    return float(value)
-
-
-def is_prioritized(desc: dict) -> bool:
-    return desc.get("prioritized") is True
-
-
-def read_settings(desc: dict, path: str) -> tuple[float, float]:
-    """``(alpha, epsilon)`` of a prioritized description, or CorruptStoreError."""
-    try:
-        keys = settings_keys(True, desc.get("alpha"), desc.get("epsilon"))
-    except InvalidArgumentError as exc:
-        raise CorruptStoreError(f"{path}: {exc}") from None
-    return keys["alpha"], keys["epsilon"]
-
-
-def check_beta(beta) -> float:
-    beta = _real("beta", beta)
-    if not 0.0 <= beta <= 1.0:
-        raise InvalidArgumentError(f"beta must be in [0, 1], got {beta!r}")
-    return beta
-
-
-def check_field_names(names) -> None:
-    taken = [n for n in RESERVED_NAMES if n in names]
-    if taken:
-        raise InvalidArgumentError(
-            f"field {taken[0]!r} is reserved on a prioritized store (sample adds 'weights', get adds "
-            "'priorities'); rename it")
-
-
-def check_priorities(priorities, count: int) -> np.ndarray:
-    """Raw priorities as float64, one per index, each finite and >= 0 (checked before any write)."""
-    arr = np.asarray(priorities)
-    if arr.dtype == object or arr.dtype.kind not in "biuf":
-        raise InvalidPriorityError(f"priorities must be numbers, got {arr.dtype} data")
-    arr = arr.astype(np.float64).reshape(-1)
-    if len(arr) != count:
-        raise InvalidPriorityError(f"got {len(arr)} priorities for {count} indices; pass one per index")
-    if len(arr) and not (arr.min() >= 0 and arr.max() < np.inf):  # NaN fails both
-        bad = arr[~np.isfinite(arr) | (arr < 0)][0]
-        raise InvalidPriorityError(f"priorities must be finite and >= 0 (e.g. |TD error|), got {bad!r}")
-    return arr
 
 
 # ---------------------------------------------------------------------- files
@@ -297,14 +230,19 @@ class Priorities:
             last[-1] = True
             idxs, p = idxs[last], p[last]
         w = self.words
-        w[W_SEQ] += 1  # odd: readers wait for the update to finish
-        self.dirty[idxs // BLOCK] = 3
-        top = float(p.max())
-        if top > self.max_p:
-            self._set_max_p(top)
-        self.live[idxs] = p
-        self.tree.update(idxs, p)
-        w[W_SEQ] += 1
+        w[W_SEQ] = int(w[W_SEQ]) | 1  # odd: readers wait for the update to finish
+        try:
+            self.dirty[idxs // BLOCK] = 3
+            top = float(p.max())
+            if top > self.max_p:
+                self._set_max_p(top)
+            self.live[idxs] = p
+            self.tree.update(idxs, p)
+        except BaseException:  # interrupted (Ctrl-C): the tree follows whatever reached the dataset
+            self._load(self.live)
+            raise
+        finally:
+            w[W_SEQ] = (int(w[W_SEQ]) | 1) + 1  # even again, and never seen before
 
     def checkpoint(self, generation: int, seen: int, base: int) -> None:
         """Snapshot of generation ``generation`` into slot ``generation % 2``: the dirty
@@ -449,5 +387,4 @@ def open_priorities(directory: str, desc: dict, writable: bool) -> Priorities | 
     return Priorities(directory, desc, writable)
 
 
-__all__ = ["PRIORITY_FILE", "DATASET", "Priorities", "open_priorities", "settings_keys", "is_prioritized",
-           "check_beta", "check_priorities", "check_field_names", "create_priority_file", "data_files"]
+__all__ = ["PRIORITY_FILE", "DATASET", "Priorities", "open_priorities", "create_priority_file", "data_files"]

@@ -24,7 +24,8 @@ from .gather import Gatherer
 from .layout import DataFiles, check_is_store
 from .lock import WriterLock
 from .nstep import nstep_batch
-from .prioritized import Priorities, check_priorities, open_priorities
+from .prioritized import Priorities, open_priorities
+from .priorityargs import check_priorities
 from .rowsums import torn_slots
 from .schema import FieldSpec
 

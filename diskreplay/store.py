@@ -20,7 +20,7 @@ from .description import FORMAT_VERSION, MAX_SLOTS
 from .episodereader import EpisodeReader
 from .errors import InvalidArgumentError, NotPrioritizedError, RecoveryWarning, StoreClosedError
 from .prefetch import Prefetcher
-from .prioritized import check_beta, check_field_names, is_prioritized, settings_keys
+from .priorityargs import check_beta, check_field_names, is_prioritized, settings_keys
 from .layout import check_path
 from .nstep import check_n_step
 from .reader import Reader

@@ -35,7 +35,8 @@ from .errors import DiskReplayError, StoreLockedError
 from .layout import CREATING_MARKER, NS_FILE, check_is_store
 from .lock import writer_alive
 from .npyfile import read_npy_header
-from .prioritized import PRIORITY_FILE, Priorities, is_prioritized
+from .prioritized import PRIORITY_FILE, Priorities
+from .priorityargs import is_prioritized
 from .rowsums import ROWSUMS_FILE, row_sum
 
 BLOCK_BYTES = 8 << 20

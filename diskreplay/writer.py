@@ -40,7 +40,7 @@ from .fsutil import io_error
 from .layout import (create_data_files, finish_creating, lock_exists, mark_creating, prepare_directory,
                      remove_data_files, remove_store_files, reserve_rows_for, undo_create)
 from .lock import WriterLock
-from .prioritized import is_prioritized
+from .priorityargs import is_prioritized
 from .recovery import recover_for_writer, restore_rows
 from .rowsums import update_sums
 from .schema import CORE_FIELDS, FieldSpec, check_row_sizes, coerce, infer_fields

@@ -475,3 +475,25 @@ def test_convert_keeps_priorities_and_the_sampler_stream(tmp_path, backend):
         fill(a, 1, start=44)
         fill(c, 1, start=44)
         assert all_priorities(c)[13] == all_priorities(a)[13] == max(want)
+
+
+def test_an_interrupted_update_leaves_tree_and_dataset_agreeing(tmp_path, backend, monkeypatch):
+    """Ctrl-C inside update_priorities: whatever reached the dataset, the tree follows it,
+    and the update sequence number is even again (readers do not wait forever)."""
+    with make(tmp_path / "s", backend, max_size=20) as buf:
+        fill(buf, 15)
+        prio = buf._session.prio
+        real = type(prio.tree).update
+
+        def interrupted(tree, slots, values):
+            real(tree, slots[:1], values[:1])
+            raise KeyboardInterrupt
+
+        monkeypatch.setattr(type(prio.tree), "update", interrupted)
+        with pytest.raises(KeyboardInterrupt):
+            buf.update_priorities([1, 2, 3], [5.0, 6.0, 7.0])
+        monkeypatch.undo()
+        assert prio.tree.problems() == [] and int(prio.words[5]) % 2 == 0
+        np.testing.assert_array_equal(prio.tree.leaves[:20], np.asarray(prio.live))
+        with DiskReplay.open(buf.path, mode="r") as ro:
+            np.testing.assert_array_equal(all_priorities(ro), all_priorities(buf))
