@@ -351,6 +351,20 @@ class PrioritizedMachine(RuleBasedStateMachine):
         self.buf.update_priorities(np.asarray(idxs, np.int64), np.asarray(raw))
         self.model.update(idxs, raw)
 
+    @precondition(lambda self: self.model.size > 0)
+    @rule(batch=st.integers(1, 10))
+    def reader_peeks(self, batch):
+        """A reader beside the writer draws what the writer would draw next, by the same
+        priorities, and moves nobody's sampler."""
+        with DiskReplay.open(self.path, mode="r") as ro:
+            np.testing.assert_allclose(all_priorities(ro), self.model.p[:self.model.size], rtol=1e-12)
+            ro.sample(batch)
+        draws = self.model.draws
+        idxs, _, masses, cs = self.model.sample(batch)
+        self.model.draws = draws
+        near = np.abs(masses[:, None] - cs[None, :]).min(axis=1) < 1e-9 * cs[-1]
+        assert np.all((ro.batch_idxs == idxs) | near)
+
     @rule()
     def flush(self):
         self.buf.flush()

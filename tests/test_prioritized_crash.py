@@ -8,6 +8,7 @@ import random
 import signal
 import subprocess
 import sys
+import time
 import warnings
 
 import numpy as np
@@ -217,3 +218,32 @@ def test_power_cut_check_has_teeth(tmp_path, monkeypatch):
     rec = run_prio_workload(str(tmp_path / "src.replay"), "memmap", rng, monkeypatch, drop_snapshot=True)
     images, violations = check_prio_images(rec, tmp_path, rng, monkeypatch)
     assert images > 0 and violations
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_reader_samples_by_priority_beside_a_writer_process(tmp_path, backend):
+    """A child process updates, adds and flushes without pause; this process reads with
+    mode='r': every batch comes from a consistent copy (its tree agrees with it), every
+    weight is finite and positive, nothing is written by the reader."""
+    path = str(tmp_path / "s.replay")
+    _create(path, backend)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [SUPPORT, os.environ.get("PYTHONPATH")]))}
+    child = subprocess.Popen([sys.executable, "-u", CHILD, path], stdout=subprocess.DEVNULL,
+                             stderr=subprocess.PIPE, env=env)
+    try:
+        with DiskReplay.open(path, mode="r") as ro:
+            seen, batches, deadline = set(), 0, time.monotonic() + 30
+            while (len(seen) < 20 or batches < 300) and time.monotonic() < deadline:
+                batches += 1
+                batch = ro.sample(32, beta=0.7)
+                prio = ro._session.prio
+                assert prio.tree.problems() == []
+                assert np.all(np.isfinite(batch["weights"])) and np.all(batch["weights"] > 0)
+                assert np.all(batch["weights"] <= 1.0 + 1e-6)
+                assert np.all(prio.tree.leaves[ro.batch_idxs] > 0)
+                seen.add(int(prio.words[5]))
+            assert len(seen) >= 20, "the writer hardly updated while the reader sampled"
+    finally:
+        os.kill(child.pid, signal.SIGKILL)
+        child.wait()
+    assert child.returncode == -signal.SIGKILL, child.stderr.read()
