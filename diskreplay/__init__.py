@@ -13,12 +13,13 @@ store directory; the files are owned by ``description`` (store.json), ``counters
 store is in; ``ring`` is the slot arithmetic and sampler; ``schema`` the fields;
 ``gather`` and ``rowreader`` read batches; ``fastadd`` the specialised adds; ``convert``
 and ``verify`` work below the facade; ``views``, ``stats`` and ``export`` read stores
-for any Python user (and the CLI); ``slm`` is the SLM-Lab drop-in.
+for any Python user (and the CLI); ``prioritized`` (with ``sumtree`` and
+``priorityargs``) holds a prioritized store's priorities; ``slm`` is the SLM-Lab drop-in.
 """
 from .errors import (CorruptStoreError, DiskReplayError, EmptyStoreError, IncompleteStoreError,
                      IndexOutOfRangeError, InsufficientSpaceError, InterfaceMismatchError,
-                     InvalidArgumentError, MemorySpecError, MissingDependencyError, NotAStoreError,
-                     NStepTooLargeError, OutputExistsError, OvertakenError,
+                     InvalidArgumentError, InvalidPriorityError, MemorySpecError, MissingDependencyError,
+                     NotAStoreError, NotPrioritizedError, NStepTooLargeError, OutputExistsError, OvertakenError,
                      PartialStepWarning, ReadOnlyError, ReadOnlyViewError, RecoveryWarning,
                      ReentrantCallError,
                      SchemaMismatchError, SlotIndexError, StoreClosedError, StoreExistsError, StoreIOError,
@@ -30,7 +31,8 @@ __version__ = "0.1.0"
 
 __all__ = ["DiskReplay", "FORMAT_VERSION", "CorruptStoreError", "DiskReplayError", "EmptyStoreError",
     "IncompleteStoreError", "IndexOutOfRangeError", "InsufficientSpaceError", "InterfaceMismatchError",
-    "InvalidArgumentError", "MemorySpecError", "MissingDependencyError", "NotAStoreError",
+    "InvalidArgumentError", "InvalidPriorityError", "MemorySpecError", "MissingDependencyError", "NotAStoreError",
+    "NotPrioritizedError",
     "NStepTooLargeError", "OutputExistsError", "OvertakenError", "PartialStepWarning",
     "ReadOnlyError", "ReadOnlyViewError", "RecoveryWarning", "ReentrantCallError", "SchemaMismatchError", "SlotIndexError",
     "StoreClosedError", "StoreExistsError", "StoreIOError", "StoreLockedError", "StoreMismatchError",
