@@ -140,7 +140,7 @@ class Priorities:
         except BaseException:
             self.close()
             raise
-        self.tree = sumtree.SumTree(m, sumtree.FANOUT)  # read at open: tests narrow it
+        self.tree = sumtree.new_tree(m)  # read at open: tests narrow FANOUT for a deep numpy tree
         self.loaded = None  # what a reader's copy was taken from
 
     # ------------------------------------------------------------------ live words

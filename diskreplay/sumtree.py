@@ -17,6 +17,11 @@ from __future__ import annotations
 
 import numpy as np
 
+try:  # the C tree, built at install where a compiler is (pyproject.toml's ext-modules)
+    from . import nativetree
+except ImportError:
+    nativetree = None
+
 FANOUT = None  # None: chosen per capacity (``fanout_for``); tests set a small one for deep trees
 _CHUNK_BLOCKS = 1 << 13
 # The ufuncs' own methods: numpy's module-level wrappers cost a microsecond or two per call.
@@ -151,4 +156,17 @@ class SumTree:
         return out
 
 
-__all__ = ["FANOUT", "SumTree"]
+def new_tree(capacity: int):
+    """The tree a store samples with: the C tree (``nativetree``) where the extension was
+    built, else this module's numpy tree (also whenever a test sets ``FANOUT``)."""
+    if nativetree is not None and FANOUT is None:
+        return nativetree.BinarySumTree(capacity)
+    return SumTree(capacity, FANOUT)
+
+
+def implementation() -> str:
+    """Which tree ``new_tree`` gives: ``"C"`` or ``"numpy"`` (``diskreplay info`` shows it)."""
+    return "C" if nativetree is not None and FANOUT is None else "numpy"
+
+
+__all__ = ["FANOUT", "SumTree", "implementation", "new_tree"]

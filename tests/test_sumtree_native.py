@@ -1,0 +1,76 @@
+"""The C sum tree (``nativetree.BinarySumTree``) against the numpy one (``sumtree.SumTree``).
+
+Priorities here are small integers, so every sum is exact in float64 and both trees must
+agree exactly: same totals, same positive minimum, the same leaf for every mass. The
+project's install builds the extension (a compiler is there wherever CI runs); a build
+that failed would fail the import below, not skip.
+"""
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given, settings, strategies as st
+
+from diskreplay import sumtree
+from diskreplay.nativetree import BinarySumTree
+from diskreplay.sumtree import SumTree
+
+
+def test_stores_use_the_native_tree_unless_a_test_narrows_the_numpy_one(monkeypatch):
+    assert sumtree.implementation() == "C" and isinstance(sumtree.new_tree(10), BinarySumTree)
+    monkeypatch.setattr(sumtree, "FANOUT", 4)
+    assert sumtree.implementation() == "numpy" and isinstance(sumtree.new_tree(10), SumTree)
+
+
+ops = st.lists(st.tuples(st.sampled_from(["update", "range", "find"]),
+                         st.lists(st.integers(0, 10**6), min_size=1, max_size=40),
+                         st.lists(st.integers(0, 6), min_size=1, max_size=40)), max_size=25)
+
+
+@settings(max_examples=60, deadline=None)
+@given(capacity=st.integers(1, 3000), ops=ops, seed=st.integers(0, 2**32 - 1))
+def test_native_and_numpy_trees_agree_exactly(capacity, ops, seed):
+    rng = np.random.default_rng(seed)
+    native, wide = BinarySumTree(capacity), SumTree(capacity, 8)
+    model = np.zeros(capacity)
+    for op, where, values in ops:
+        if op == "update":
+            slots = np.unique(np.asarray(where) % capacity)
+            vals = np.resize(np.asarray(values, float), len(slots))
+            for tree in (native, wide):
+                tree.update(slots, vals)
+            model[slots] = vals
+        elif op == "range":
+            lo = where[0] % capacity
+            hi = min(capacity, lo + 1 + len(values))
+            for tree in (native, wide):
+                tree.update_range(lo, hi, float(values[0]))
+            model[lo:hi] = values[0]
+        assert native.total == wide.total == model.sum()
+        positive = model[model > 0]
+        assert native.min_positive == wide.min_positive == (positive.min() if len(positive) else np.inf)
+        if model.sum() > 0:
+            masses = np.concatenate([rng.random(64) * model.sum(), [0.0, np.nextafter(model.sum(), 0)]])
+            found = native.find(masses)
+            assert np.array_equal(found, wide.find(masses))
+            assert (model[found] > 0).all()
+            assert np.array_equal(found, np.searchsorted(np.cumsum(model), masses, side="right"))
+    assert native.problems() == [] and wide.problems() == []
+
+
+def test_a_rebuilt_native_tree_equals_the_updated_one_bit_for_bit():
+    rng = np.random.default_rng(7)
+    tree = BinarySumTree(1000)
+    for _ in range(50):
+        slots = rng.integers(0, 1000, 32)
+        tree.update(slots, rng.random(32))  # duplicated slots: the last value wins
+    fresh = BinarySumTree(1000)
+    fresh.leaves[:] = tree.leaves
+    fresh.rebuild()
+    assert np.array_equal(tree.sums, fresh.sums) and np.array_equal(tree.mins, fresh.mins)
+
+
+def test_a_damaged_native_tree_is_reported():
+    tree = BinarySumTree(100)
+    tree.update(np.arange(100), np.ones(100))
+    tree.sums[3] += 1.0
+    assert any("sum node" in p for p in tree.problems())
