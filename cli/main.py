@@ -23,6 +23,7 @@ from diskreplay.views import batch_keys, read_block, sample_batch, store_info
 from .output import (check_output, cli_message, echo_json, echo_lines, fmt_numbers, kv_lines, parse_fields, parse_indices,
                      positions, progress, rows_table, table, terminal_width)
 from .plot import load_pyplot, plot_format, plot_store
+from .watch import watch_store
 
 SHOW_DEFAULT = 10
 
@@ -391,6 +392,33 @@ def plot(path, out, last, start, stop) -> None:
     note_overtaken(result["skipped_overwritten"])
     click.echo(f"wrote {out}: {result['episodes']} episode returns, "
                f"histograms of {', '.join(result['histograms']) or 'no fields'}")
+
+
+# ---------------------------------------------------------------- watch
+@main.command()
+@click.argument("path", type=click.Path())
+@click.option("--interval", type=click.FloatRange(min=0.05), default=2.0, show_default=True, metavar="SECONDS",
+              help="Time between refreshes.")
+@click.option("-n", "--count", type=click.IntRange(min=1), metavar="N",
+              help="Refresh N times, then exit (default: until Ctrl-C).")
+@click.option("--returns", "keep", type=click.IntRange(min=1), default=100, show_default=True, metavar="K",
+              help="Summarize the returns of the last K episodes that ended.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object per refresh, one a line.")
+@handle_errors
+def watch(path, interval, count, keep, as_json) -> None:
+    """Follow the store at PATH while a trainer fills it: counters, add rate, recent
+    episode returns and whether a writer is live, refreshed every --interval seconds.
+
+    Read-only: it never writes to the store or blocks the writer; each refresh reads
+    only the rewards and episode ends of the rows added since the previous one (at
+    most the newest 100000). Returns count episodes that ended since watching began
+    and whose start was read too. Ctrl-C quits (exit 0). Without a terminal (a pipe,
+    a file) each refresh is printed below the previous one.
+
+    Examples: diskreplay watch runs/pong.replay;
+    diskreplay watch runs/pong.replay --interval 10 -n 6 --json
+    """
+    watch_store(path, interval, count, as_json, keep)
 
 
 # ---------------------------------------------------------------- convert

@@ -18,9 +18,9 @@ from typing import Callable
 import numpy as np
 
 from .store import DiskReplay
-from .episodes import episode_ends
 from .chrono import require_fields
-from .views import ChronoReader, block_rows
+from .episodes import TRUNCATION_FIELD, episode_ends
+from .views import ChronoReader, block_rows, snapshot
 
 BINS = 50
 
@@ -285,6 +285,66 @@ def compute_stats(buf: DiskReplay, progress: Callable[[int, int], None] | None =
     return out
 
 
+class RecentReturns:
+    """The returns of the episodes that ended lately, followed poll by poll beside a live
+    writer (``diskreplay watch``).
+
+    Each :meth:`poll` reads only the rewards and episode ends (``dones``, ``truncateds``)
+    of the transitions added since the previous one, at most the newest ``window`` (the
+    first poll reads the newest ``window``), so following a store costs little whatever
+    its size. An episode counts once its start was read as well; rows the writer overtook,
+    or added beyond ``window`` between two polls, cut the episodes running through them."""
+
+    def __init__(self, buf: DiskReplay, keep: int = 100, window: int = 100_000):
+        self.buf = buf
+        self.keep = keep
+        self.window = window
+        self.episodes = Episodes(buf.num_envs, starts_complete=False)
+        self.read_up_to = 0  # the newest transition read so far
+        self.ended = 0  # episodes that ended (complete ones) since the first poll
+        self.rows_read = 0
+
+    def poll(self) -> list[tuple[int, int, float]]:
+        """Read what was added since the last poll; returns the ``(end transition, env,
+        return)`` of the episodes that ended in it, oldest first."""
+        fields = self.buf.fields
+        snap = snapshot(self.buf)
+        new = min(snap.seen - self.read_up_to, snap.size, self.window)
+        if not fields or new <= 0:
+            self.read_up_to = max(self.read_up_to, snap.seen)
+            return []
+        if self.read_up_to == 0 and snap.first == 1:
+            self.episodes.started[:] = new == snap.size  # every env's first transition is read
+        keys = ["rewards", "dones"] + ([TRUNCATION_FIELD] if TRUNCATION_FIELD in fields else [])
+        before = len(self.episodes.returns)
+        reader = ChronoReader(self.buf, snap.size - new, snap.size, snap=snap, fields=keys)
+        for block in reader:
+            self.episodes.update(block.transitions, reader.snap.env(block.positions), block.batch["rewards"],
+                                 episode_ends(block.batch))
+        self.read_up_to = reader.snap.first + reader.stop - 1
+        self.rows_read += reader.stop - reader.start - reader.skipped
+        found = self.episodes.returns[before:]
+        self.ended += len(found)
+        del self.episodes.returns[:-self.keep or len(self.episodes.returns)]
+        return found
+
+    @property
+    def returns(self) -> list[tuple[int, int, float]]:
+        """``(end transition, env, return)`` of the last ``keep`` episodes that ended."""
+        return list(self.episodes.returns)
+
+    def summary(self) -> dict:
+        """``count``, ``finite``, ``mean``, ``min``, ``max`` (over the finite ones; None when
+        none) and ``last`` of the last ``keep`` returns; ``ended``, the episodes that ended in
+        the ``rows_read`` rows read since the first poll."""
+        rets = [r for _, _, r in self.episodes.returns]
+        finite = [r for r in rets if math.isfinite(r)]
+        return {"count": len(rets), "finite": len(finite), "ended": self.ended, "rows_read": self.rows_read,
+                "mean": math.fsum(finite) / len(finite) if finite else None,
+                "min": min(finite) if finite else None, "max": max(finite) if finite else None,
+                "last": rets[-1] if rets else None}
+
+
 def histograms(buf: DiskReplay, ranges: dict, bins: int = BINS, *, start: int | None = None,
                stop: int | None = None, tallies: dict | None = None) -> dict:
     """``{field: (counts, edges)}`` over all finite elements of the positions ``[start, stop)``
@@ -332,4 +392,4 @@ def bin_edges(lo: float, hi: float, integer: bool, bins: int = BINS) -> np.ndarr
     return lo - 0.5 + width * np.arange(n + 1, dtype=np.float64)
 
 
-__all__ = ["Episodes", "RunningStats", "bin_edges", "compute_stats", "histograms"]
+__all__ = ["Episodes", "RecentReturns", "RunningStats", "bin_edges", "compute_stats", "histograms"]
