@@ -20,8 +20,8 @@ from diskreplay.stats import compute_stats
 from diskreplay.verify import verify_store
 from diskreplay.views import batch_keys, read_block, sample_batch, store_info
 
-from .output import (check_output, cli_message, echo_json, echo_lines, fmt_numbers, kv_lines, parse_fields, parse_indices,
-                     positions, progress, rows_table, table, terminal_width)
+from .output import (check_output, cli_message, echo_json, echo_lines, fmt_numbers, kv_lines, os_error_message,
+                     parse_fields, parse_indices, positions, progress, rows_table, table, terminal_width)
 from .plot import load_pyplot, plot_format, plot_store
 from .watch import watch_store
 
@@ -59,11 +59,10 @@ def handle_errors(func):
             raise  # click ends the command quietly
         except (InvalidArgumentError, IndexOutOfRangeError) as exc:
             raise click.UsageError(cli_message(str(exc), name), ctx=ctx) from None
+        except OSError as exc:  # the library's StoreIOError and the like too
+            raise click.ClickException(os_error_message(exc)) from None
         except DiskReplayError as exc:
             raise click.ClickException(cli_message(str(exc), name)) from None
-        except OSError as exc:
-            where = f"{exc.filename}: " if exc.filename else ""
-            raise click.ClickException(f"{where}{exc.strerror or exc}") from None
 
     return wrapper
 
@@ -309,7 +308,7 @@ def verify(path: str, as_json: bool) -> None:
     if as_json:
         echo_json(dataclasses.asdict(report))
     else:
-        click.echo(report.summary())
+        click.echo(cli_message(report.summary()))
     if not report.ok:
         sys.exit(1)
 
