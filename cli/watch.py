@@ -7,6 +7,7 @@ so watching never writes or blocks the trainer. Ctrl-C ends it quietly (exit 0).
 """
 from __future__ import annotations
 
+import sys
 import time
 
 import click
@@ -53,8 +54,7 @@ def render(path: str, state: dict, interval: float) -> list[str]:
              ("size", f"{state['size']} of {state['max_size']}{full}"),
              ("head", state["head"]),
              ("add rate", rate),
-             ("episodes", f"{r['ended']} ended in the {r['rows_read']} rows read (the newest at start, "
-                          "then every new one)"),
+             ("episodes", f"{r['ended']} ended in the {r['rows_read']} rows read"),
              ("returns", shown)]
     if state["recent_returns"]:
         pairs.append(("newest", " ".join(fmt_numbers(state["recent_returns"]))))
@@ -64,7 +64,7 @@ def render(path: str, state: dict, interval: float) -> list[str]:
 
 def watch_store(path: str, interval: float, count: int | None, as_json: bool, keep: int) -> None:
     """Refresh ``count`` times (forever when None), ``interval`` seconds apart."""
-    clear = not as_json and click.get_text_stream("stdout").isatty()
+    clear = not as_json and sys.stdout.isatty()
     with DiskReplay.open(path, mode="r") as buf:
         recent = RecentReturns(buf, keep=keep)
         state, done = None, 0
