@@ -26,6 +26,7 @@ BINS = 50
 
 
 SMALL_INT_BYTES = 2  # integer and bool data of at most this many bytes an element: exact sums
+TALLY_CHUNK = 1 << 20  # elements counted per bincount call (its intp copy: 8 MiB)
 
 
 class RunningStats:
@@ -85,12 +86,11 @@ class RunningStats:
         """Exact integer sums of one- and two-byte integers and bools (or their tally)."""
         flat = np.ascontiguousarray(x).reshape(-1)
         if self.want_tally:
-            counts = np.bincount(flat.view(np.uint8 if x.dtype.itemsize == 1 else np.uint16),
-                                 minlength=1 << (8 * x.dtype.itemsize))
             if self.tally is None:
-                self.tally, self.tally_dtype = counts.astype(np.int64), x.dtype
-            else:
-                self.tally += counts
+                self.tally, self.tally_dtype = np.zeros(1 << (8 * x.dtype.itemsize), np.int64), x.dtype
+            raw = flat.view(np.uint8 if x.dtype.itemsize == 1 else np.uint16)
+            for lo in range(0, raw.size, TALLY_CHUNK):  # bincount copies its input as intp: 8x
+                self.tally += np.bincount(raw[lo:lo + TALLY_CHUNK], minlength=len(self.tally))
             return
         if flat.dtype.kind == "b":
             flat = flat.view(np.uint8)

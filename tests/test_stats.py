@@ -192,9 +192,12 @@ def test_truncations_end_episodes_in_stats(tmp_path, backend):
 
 @pytest.mark.parametrize("tally", [False, True])
 @pytest.mark.parametrize("dtype", ["uint8", "int8", "bool", "int16", "uint16"])
-def test_small_integer_stats_are_exact(dtype, tally):
+def test_small_integer_stats_are_exact(dtype, tally, monkeypatch):
     """One- and two-byte integers and bools are summed as integers (or tallied, a count per
-    value), exactly."""
+    value, a chunk of elements at a time), exactly."""
+    import diskreplay.stats
+
+    monkeypatch.setattr(diskreplay.stats, "TALLY_CHUNK", 7)
     rng = np.random.default_rng(1)
     info = np.iinfo(dtype) if dtype != "bool" else None
     lo, hi = (0, 2) if info is None else (info.min, info.max + 1)
