@@ -477,6 +477,12 @@ def test_info_and_show_beside_a_live_writer(tmp_path, run, backend):
             actions = f["actions"][:]
             assert (f["states"][:, 0] == actions).all() and (np.diff(actions) > 0).all()
             assert (f["next_states"][:, 0] == actions + 1).all()
+        out = path.parent / "live.npz"  # members written in place; moved over the rows overtaken
+        assert run("export", path, out).code == 0
+        with np.load(out) as npz:
+            actions = npz["actions"]
+            assert (npz["states"][:, 0] == actions).all() and (np.diff(actions) > 0).all()
+            assert (npz["next_states"][:, 0] == actions + 1).all() and len(npz["slots"]) == len(actions)
         assert run("plot", path, path.parent / "live.png").code == 0
         assert run("verify", path).code == 0
     finally:
