@@ -167,7 +167,8 @@ def stats(path: str, last, start, stop, as_json: bool) -> None:
     """Per-field statistics and episode returns of the store at PATH.
 
     min, max, mean and std are over the finite elements of each field, read in row
-    blocks (bounded memory); the nonfinite column counts NaN and infinite elements.
+    blocks (bounded memory; each field once, next states never, one- and two-byte
+    integers summed exactly); the nonfinite column counts NaN and infinite elements.
     Episodes are reconstructed per env from the env-major order and dones; returns
     are over complete episodes (whose start is among the rows read), so an episode
     cut by the ring's wrap, by --last/--start or by a live writer overtaking the read
