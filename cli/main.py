@@ -20,8 +20,9 @@ from diskreplay.stats import compute_stats
 from diskreplay.verify import verify_store
 from diskreplay.views import batch_keys, read_block, sample_batch, store_info
 
-from .output import (check_output, cli_message, echo_json, echo_lines, fmt_numbers, kv_lines, os_error_message,
-                     parse_fields, parse_indices, positions, progress, rows_table, table, terminal_width)
+from .output import (check_output, cli_message, echo_json, echo_lines, fmt_numbers, kv_lines, note_overtaken,
+                     os_error_message, parse_fields, parse_indices, positions, progress, returns_line, rows_table,
+                     table, terminal_width)
 from .plot import load_pyplot, plot_format, plot_store
 from .watch import watch_store
 
@@ -35,13 +36,6 @@ def range_options(func):
                         help="First chronological position (0 = oldest; negative counts from the newest).")(func)
     return click.option("--last", type=click.IntRange(min=0), metavar="N",
                         help="Only the newest N transitions.")(func)
-
-
-def note_overtaken(skipped: int) -> None:
-    """Tell stderr how many requested rows the live writer overwrote before they were read."""
-    if skipped:
-        click.echo(f"note: the live writer overwrote {skipped} of the requested transitions before they "
-                   "were read; they are left out", err=True)
 
 
 def handle_errors(func):
@@ -202,20 +196,6 @@ def stats(path: str, last, start, stop, as_json: bool) -> None:
                 enumerate(zip(ep["dones_per_env"], ep["complete_episodes_per_env"]))]
     echo_lines(table(["env", "episodes", "complete"], env_rows, right={0, 1, 2}))
     click.echo(returns_line(ep))
-
-
-def returns_line(ep: dict) -> str:
-    """The returns summary; episodes with a NaN or infinite return are counted, not averaged."""
-    if not ep["complete_episodes"]:
-        return "returns: no complete episodes"
-    bad = ep["nonfinite_returns"]
-    head = (f"returns over {ep['complete_episodes']} complete episodes" if not bad else
-            f"returns over the {ep['finite_returns']} of {ep['complete_episodes']} complete episodes with a "
-            f"finite return ({bad} NaN or infinite)")
-    if not ep["finite_returns"]:
-        return head + ": none to summarize"
-    mean, lo, hi = fmt_numbers([ep["return_mean"], ep["return_min"], ep["return_max"]])
-    return f"{head}: mean {mean}, min {lo}, max {hi}"
 
 
 # ---------------------------------------------------------------- episodes

@@ -208,6 +208,27 @@ def echo_lines(lines, indent: str = "") -> None:
         click.echo(indent + line)
 
 
+def note_overtaken(skipped: int) -> None:
+    """Tell stderr how many requested rows the live writer overwrote before they were read."""
+    if skipped:
+        click.echo(f"note: the live writer overwrote {skipped} of the requested transitions before they "
+                   "were read; they are left out", err=True)
+
+
+def returns_line(ep: dict) -> str:
+    """The returns summary; episodes with a NaN or infinite return are counted, not averaged."""
+    if not ep["complete_episodes"]:
+        return "returns: no complete episodes"
+    bad = ep["nonfinite_returns"]
+    head = (f"returns over {ep['complete_episodes']} complete episodes" if not bad else
+            f"returns over the {ep['finite_returns']} of {ep['complete_episodes']} complete episodes with a "
+            f"finite return ({bad} NaN or infinite)")
+    if not ep["finite_returns"]:
+        return head + ": none to summarize"
+    mean, lo, hi = fmt_numbers([ep["return_mean"], ep["return_min"], ep["return_max"]])
+    return f"{head}: mean {mean}, min {lo}, max {hi}"
+
+
 # ---------------------------------------------------------------- errors
 CLI_TERMS = (("overwrite=True", "--overwrite"), ("DiskReplay.open() to resume it", "another path"),
              ("batch_size", "-n"))
