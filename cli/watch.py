@@ -63,26 +63,31 @@ def render(path: str, state: dict, interval: float) -> list[str]:
 
 
 def watch_store(path: str, interval: float, count: int | None, as_json: bool, keep: int) -> None:
-    """Refresh ``count`` times (forever when None), ``interval`` seconds apart."""
+    """Refresh ``count`` times (forever when None), ``interval`` seconds apart; Ctrl-C,
+    whenever it comes (opening the store too), ends it quietly."""
+    try:
+        with DiskReplay.open(path, mode="r") as buf:
+            _refresh(buf, path, interval, count, as_json, keep)
+    except KeyboardInterrupt:
+        if not as_json:
+            click.echo("")
+
+
+def _refresh(buf: DiskReplay, path: str, interval: float, count: int | None, as_json: bool, keep: int) -> None:
     clear = not as_json and sys.stdout.isatty()
-    with DiskReplay.open(path, mode="r") as buf:
-        recent = RecentReturns(buf, keep=keep)
-        state, done = None, 0
-        try:
-            while count is None or done < count:
-                if done:
-                    time.sleep(interval)
-                state = poll(buf, recent, state)
-                done += 1
-                if as_json:
-                    echo_json({k: v for k, v in state.items() if k != "time"})
-                    continue
-                if clear:
-                    click.clear()
-                elif done > 1:
-                    click.echo("")
-                for line in render(path, state, interval):
-                    click.echo(line)
-        except KeyboardInterrupt:
-            if not as_json:
-                click.echo("")
+    recent = RecentReturns(buf, keep=keep)
+    state, done = None, 0
+    while count is None or done < count:
+        if done:
+            time.sleep(interval)
+        state = poll(buf, recent, state)
+        done += 1
+        if as_json:
+            echo_json({k: v for k, v in state.items() if k != "time"})
+            continue
+        if clear:
+            click.clear()
+        elif done > 1:
+            click.echo("")
+        for line in render(path, state, interval):
+            click.echo(line)
