@@ -55,6 +55,9 @@ def handle_errors(func):
             raise click.UsageError(cli_message(str(exc), name), ctx=ctx) from None
         except OSError as exc:  # the library's StoreIOError and the like too
             raise click.ClickException(os_error_message(exc)) from None
+        except MemoryError:
+            raise click.ClickException(f"out of memory in {name or 'the command'}; read fewer rows "
+                                       "(--last N, --start/--stop) or free memory") from None
         except DiskReplayError as exc:
             raise click.ClickException(cli_message(str(exc), name)) from None
 

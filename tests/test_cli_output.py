@@ -157,3 +157,14 @@ def test_os_error_message_unit():
     assert os_error_message(OSError("Unable to synchronously open file (truncated file)")) == "truncated file"
     assert os_error_message(StoreIOError(5, "reading the row at byte 0 of fd 3: Input/output error")) == \
         "reading the row at byte 0 of fd 3: Input/output error"
+
+
+def test_out_of_memory_is_an_error_line(wide, monkeypatch):
+    import diskreplay.cli.main as cli_main
+
+    def exhausted(*args, **kwargs):
+        raise MemoryError()
+
+    monkeypatch.setattr(cli_main, "compute_stats", exhausted)
+    r = invoke("stats", wide)
+    assert r.exit_code == 1 and r.stderr.startswith("Error: out of memory in stats") and "--last" in r.stderr
