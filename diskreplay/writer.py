@@ -18,35 +18,35 @@ flushes first. ``flush()`` syncs every data file, then writes a new checkpoint
 The two fast adds (``fastadd.py``, chosen by ``bind_add``) perform the same three steps
 inline, because a call per step would cost a measurable share of an add;
 ``tests/test_commit_paths.py`` proves them byte-identical to the general path.
+Flushing and checkpoint writing live in ``flushing.py`` (``Flushing``, a part of ``Writer``).
 """
 from __future__ import annotations
 
 import os
 import secrets
 import sys
-import time
 
 import numpy as np
 
 from . import ring
 from .backends import BACKENDS, get_backend
-from .counters import (W_CHECK, W_CLEAN, W_DRAWS, W_FLUSH_NS, W_INTENT, W_KEY, W_PID, W_SEEN, Counters,
-                       begin_step, commit_step, create_counters)
+from .counters import (W_CHECK, W_CLEAN, W_DRAWS, W_INTENT, W_KEY, W_PID, W_SEEN, Counters, begin_step,
+                       commit_step, create_counters)
 from .description import new_description, read_description, write_description
 from .errors import (DiskReplayError, ReadOnlyError, ReentrantCallError, SchemaMismatchError, StoreClosedError,
                      StoreIOError)
 from .fastadd import fast_add, fast_vector_add
+from .flushing import Flushing, initial_checkpoint
 from .fsutil import io_error
 from .layout import (create_data_files, finish_creating, lock_exists, mark_creating, prepare_directory,
                      remove_data_files, remove_store_files, reserve_rows_for, undo_create)
 from .lock import WriterLock
 from .recovery import recover_for_writer, restore_rows
-from .rowsums import update_sums
 from .schema import CORE_FIELDS, FieldSpec, check_row_sizes, coerce, infer_fields
 from .session import Session
 
 
-class Writer(Session):
+class Writer(Flushing, Session):
     """The writable session. ``live`` is False once closed or after a failed sync: the
     fast adds check it on every call, so a reference someone kept never writes then."""
 
@@ -75,7 +75,7 @@ class Writer(Session):
             if specs is not None:
                 reserve = reserve_rows_for(specs, num_envs, max_size, flush_every)
                 create_data_files(directory, backend_impl, specs, max_size, num_envs, reserve,
-                                  _initial_checkpoint(specs, num_envs))
+                                  initial_checkpoint(specs, num_envs))
             create_counters(directory)
             write_description(directory, new_description(
                 backend=backend, max_size=max_size, num_envs=num_envs, batch_size=batch_size,
@@ -239,7 +239,7 @@ class Writer(Session):
         backend = get_backend(self.desc["backend"])
         try:
             create_data_files(self.directory, backend, specs, self.max_size, self.num_envs, reserve,
-                              _initial_checkpoint(specs, self.num_envs))
+                              initial_checkpoint(specs, self.num_envs))
             desc = dict(self.desc)
             desc["fields"] = {n: s.to_json() for n, s in specs.items()}
             desc["reserve_rows"] = reserve
@@ -274,85 +274,6 @@ class Writer(Session):
         if not self.live or self.fields is None or self.extra_names:
             return None
         return fast_add(self) if self.num_envs == 1 else fast_vector_add(self)
-
-    # ------------------------------------------------------------------ flushing
-    def flush(self) -> None:
-        """Sync every data file, then write a new checkpoint; a failure leaves the writer failed."""
-        with self.mutex:
-            self._enter("flush")
-            try:
-                self.busy = sys._getframe()
-                self._flush_now()
-            finally:
-                self.busy = None
-
-    def _flush_now(self) -> None:
-        try:
-            self._flush()
-        except DiskReplayError as exc:
-            self._fail(exc)
-            raise
-        except OSError as exc:
-            self._fail(exc)
-            raise io_error(f"flushing {self.path}", exc) from exc
-
-    def _fail(self, exc: BaseException) -> None:
-        """After a failed sync nothing more is written: the disk may not hold what we think."""
-        self.failed = exc
-        self.live = False
-
-    def _flush(self) -> None:
-        self.words[W_DRAWS] = self.sampler.draws
-        if self.fields is None:
-            self.counters.sync()
-            return
-        summed = self.checkpoint.seen if self.checkpoint is not None else 0
-        update_sums(self.data.sums, self.data.storage.arrays, summed, self.seen, self.base, self.max_size)
-        self.data.sync_rows()
-        self.words[W_FLUSH_NS] = time.time_ns()
-        self.counters.sync()
-        self._write_checkpoint()
-
-    def _write_checkpoint(self) -> None:
-        seen, base, m = self.seen, self.base, self.max_size
-        generation = (self.checkpoint.generation + 1) if self.checkpoint else 1
-        first_overwrite = max(seen + 1, base + m + 1)
-        count = max(0, seen + self.reserve_rows - first_overwrite + 1)
-        parts = {}
-        for name, arr in self.data.storage.arrays.items():
-            blocks = []
-            if count:
-                start = ring.slot_of(first_overwrite, base, m)
-                end = min(start + count, m)
-                blocks.append(arr[start:end])
-                if end - start < count:
-                    blocks.append(arr[: count - (end - start)])
-            parts[name] = blocks
-        ns_rows = self.current_ns() if seen > base else np.zeros_like(self.data.ns[0])
-        ckfile = self.data.ckfile
-        slot = generation % 2
-        ckfile.write(slot, generation=generation, seen=seen, base=base, draws=self.sampler.draws,
-                     resets=self.resets, ns_rows=ns_rows,
-                     reserve_first=first_overwrite if count else seen + 1, reserve_parts=parts)
-        self.checkpoint = ckfile.read_header(slot)
-        if self.checkpoint is None:
-            raise StoreIOError(f"{ckfile.path}: the checkpoint just written does not read back")
-        self._set_flush_limit()
-
-    def _set_flush_limit(self) -> None:
-        """The newest transition an add may write before a flush is due: past it, a slot
-        would be overwritten that the newest checkpoint holds no undo copy of."""
-        if self.fields is None:
-            self.flush_before = 1 << 62
-            return
-        c = self.checkpoint
-        limit = max(c.seen + self.reserve_rows, self.base + self.max_size) if c else self.base + self.max_size
-        if c is not None and c.base != self.base:
-            limit = self.base + self.max_size
-        flush_every = self.desc["flush_every"]
-        if flush_every is not None:
-            limit = min(limit, self.seen + flush_every * self.num_envs)
-        self.flush_before = limit
 
     # ------------------------------------------------------------------ reset and adopt
     def reset(self) -> None:
@@ -429,15 +350,3 @@ class Writer(Session):
 
 def _next_states_spec(specs: dict) -> FieldSpec:
     return FieldSpec("next_states", specs["states"].shape, specs["states"].dtype)
-
-
-def _initial_checkpoint(specs: dict, num_envs: int):
-    """An initial checkpoint at seen_size 0: recovery always has one to fall back on."""
-    states = specs["states"]
-
-    def write(ckfile) -> None:
-        ckfile.write(1, generation=1, seen=0, base=0, draws=0, resets=0,
-                     ns_rows=np.zeros((num_envs,) + states.shape, states.dtype),
-                     reserve_first=1, reserve_parts={name: [] for name in specs})
-
-    return write
