@@ -5,9 +5,12 @@ Each call takes the session's mutex, does cheap checks on cached shapes, dtypes,
 and value ranges, then the commit protocol of ``counters.begin_step`` / ``commit_step``
 written inline (a call per step would cost a measurable share of an add). Anything the
 checks do not accept (so every value is known to store exactly before the first row is
-touched), a step that wraps the ring end or is due for a flush, a writer that is no
-longer ``live``, and a call made while a flush, reset or general add of this thread is
-running (``busy``: from a signal handler) go through the general path. An exception
+touched), a step that wraps the ring end or is due for a flush, a step whose states
+differ in any byte from the next states the previous step gave (a jump: the general path
+records it in the jump ring, ``jumps.py``; this one byte comparison is all a fast add
+pays for exact next states), a writer that is no longer ``live``, and a call made while
+a flush, reset or general add of this thread is running (``busy``: from a signal
+handler) go through the general path. An exception
 part-way (Ctrl-C, a signal handler's ``sys.exit``) settles the step (``Writer.settle``)
 before it propagates.
 ``tests/test_commit_paths.py`` proves both paths byte-identical.
@@ -17,6 +20,7 @@ from __future__ import annotations
 import numpy as np
 
 from .counters import W_CHECK, W_INTENT, W_SEEN
+from .jumps import SMALL_BYTES, bytes_equal
 from .schema import FieldSpec, float_bounds
 
 
@@ -29,6 +33,8 @@ def fast_add(w):
         _fast_scalar_rule(specs[name]) for name in ("actions", "rewards", "dones"))
     states, actions, rewards, dones = w.arrays
     ns_rows = w.views["ns_rows"] = w.data.ns[:, 0]  # made read-only with the arrays at close
+    ns_pair = (ns_rows[0], ns_rows[1])  # the previous step's next state is ns_pair[seen & 1]
+    small, same = specs["states"].row_bytes <= SMALL_BYTES, bytes_equal(specs["states"].row_bytes)
     words = w.words
     key = w.key
     max_size = w.max_size
@@ -47,7 +53,8 @@ def fast_add(w):
                 return general(state, action, reward, next_state, done, extra)
             seen = w.seen
             t = seen + 1
-            if t > w.flush_before:
+            if t > w.flush_before or (state.tobytes() != ns_pair[seen & 1].tobytes() if small
+                                      else not same(state, ns_pair[seen & 1])):
                 return general(state, action, reward, next_state, done, extra)
             try:
                 words[W_INTENT] = t
@@ -78,6 +85,9 @@ def fast_vector_add(w):
         ((n,) + specs[name].shape, specs[name].dtype) for name in ("states", "actions", "rewards", "dones"))
     states, actions, rewards, dones = w.arrays
     ns = w.data.ns
+    ns_pair = (ns[0], ns[1])  # the previous step's next states are ns_pair[(seen // n) & 1]
+    step_bytes = n * specs["states"].row_bytes
+    small, same = step_bytes <= SMALL_BYTES, bytes_equal(step_bytes)
     words = w.words
     key = w.key
     max_size = w.max_size
@@ -102,7 +112,9 @@ def fast_vector_add(w):
             t_end = seen + n
             start = (seen - w.base) % max_size
             stop = start + n
-            if stop > max_size or t_end > w.flush_before:
+            if stop > max_size or t_end > w.flush_before or (
+                    state.tobytes() != ns_pair[(seen // n) & 1].tobytes() if small
+                    else not same(state, ns_pair[(seen // n) & 1])):
                 return general(state, action, reward, next_state, done, extra)
             try:
                 words[W_INTENT] = t_end

@@ -81,7 +81,7 @@ class Flushing:
         slot = generation % 2
         ckfile.write(slot, generation=generation, seen=seen, base=base, draws=self.sampler.draws,
                      resets=self.resets, ns_rows=ns_rows,
-                     reserve_first=first_overwrite if count else seen + 1, reserve_parts=parts)
+                     reserve_first=first_overwrite if count else seen + 1, reserve_parts=parts, jumps=self.jcount)
         self.checkpoint = ckfile.read_header(slot)
         if self.checkpoint is None:
             raise StoreIOError(f"{ckfile.path}: the checkpoint just written does not read back")
@@ -91,9 +91,11 @@ class Flushing:
         """The newest transition an add may write before a flush is due: past it, a slot
         would be overwritten that the newest checkpoint holds no undo copy of."""
         if self.fields is None:
-            self.flush_before = 1 << 62
+            self.flush_before = self.jump_limit = 1 << 62
             return
         c = self.checkpoint
+        # The jump ring keeps reserve_rows records of room beyond the checkpoint's window (jumps.py).
+        self.jump_limit = (c.jumps if c else self.jcount) + self.reserve_rows
         limit = max(c.seen + self.reserve_rows, self.base + self.max_size) if c else self.base + self.max_size
         if c is not None and c.base != self.base:
             limit = self.base + self.max_size

@@ -30,14 +30,15 @@ import numpy as np
 
 from . import ring
 from .backends import BACKENDS, get_backend
-from .counters import (W_CHECK, W_CLEAN, W_DRAWS, W_INTENT, W_KEY, W_PID, W_SEEN, Counters, begin_step,
-                       commit_step, create_counters)
-from .description import new_description, read_description, write_description
+from .counters import (W_CHECK, W_CLEAN, W_DRAWS, W_INTENT, W_JUMPS, W_KEY, W_PID, W_SEEN, Counters, begin_step,
+                       commit_step, create_counters, record_jumps)
+from .description import FORMAT_VERSION, new_description, read_description, write_description
 from .errors import (DiskReplayError, ReadOnlyError, ReentrantCallError, SchemaMismatchError, StoreClosedError,
                      StoreIOError)
 from .fastadd import fast_add, fast_vector_add
 from .flushing import Flushing, initial_checkpoint
 from .fsutil import io_error
+from .jumps import create_jump_files, jump_capacity, rows_differ
 from .layout import (create_data_files, finish_creating, lock_exists, mark_creating, prepare_directory,
                      remove_data_files, remove_store_files, reserve_rows_for, undo_create)
 from .lock import WriterLock
@@ -102,12 +103,15 @@ class Writer(Flushing, Session):
             self.lock = WriterLock(self.directory)
         self.counters = Counters(self.directory, True)
         self.views = {}  # views the fast adds hold (made read-only with the arrays at close)
+        if self.desc["format_version"] < FORMAT_VERSION:
+            self._upgrade()
         if self.fields is not None:
             self._map_data()
         result = recover_for_writer(self.path, self.counters, self.data, self.fields, self.num_envs,
                                     self.max_size, self.reserve_rows)
         s = result.state
         self.seen, self.base, self.draws, self.resets = s.seen, s.base, s.draws, s.resets
+        self.jcount = result.jumps
         self.checkpoint = result.checkpoint
         self.recovery_note = result.note
         self.sampler = ring.Sampler(self.desc["seed_entropy"], self.draws)
@@ -117,6 +121,19 @@ class Writer(Flushing, Session):
         self.key = int(self.words[W_KEY])
         self._set_flush_limit()
         self.live = True
+
+    def _upgrade(self) -> None:
+        """A format 1 store (no jump ring) becomes format 2: its jump files are made, then
+        ``store.json`` says 2 (the commit point; a crash before it makes them again).
+        Transitions added before have the next states format 1 gave them."""
+        if self.fields is not None:
+            create_jump_files(self.directory, self.fields["states"], jump_capacity(self.max_size, self.reserve_rows))
+        desc = dict(self.desc)
+        desc["format_version"] = FORMAT_VERSION
+        desc["fields"] = None if self.fields is None else {n: f.to_json() for n, f in self.fields.items()}
+        desc["seed_entropy"] = str(desc["seed_entropy"])
+        write_description(self.directory, desc)
+        self._read_description()
 
     def state(self) -> ring.RingState:
         return ring.RingState(self.seen, self.base, self.sampler.draws, self.resets)
@@ -174,11 +191,16 @@ class Writer(Flushing, Session):
         self.settle()
 
     def _write_step(self, values: list) -> None:
-        """Write one validated step (values in field order, next states last) and commit it."""
+        """Write one validated step (values in field order, next states last) and commit it.
+        Where its states differ from the next states the previous step gave for the same
+        env, that previous transition's next state goes to the jump ring (``jumps.py``)."""
         n = self.num_envs
         seen = self.seen
         t_end = seen + n
-        if t_end > self.flush_before:
+        previous = self.data.ns[(seen // n) & 1]  # the other parity's area: this step leaves it intact
+        jumped = rows_differ(values[0], previous) if seen > self.base else np.zeros(n, bool)
+        new = int(jumped.sum())
+        if t_end > self.flush_before or self.jcount + new > self.jump_limit:
             self._flush_now()
         words = self.words
         begin_step(words, t_end)
@@ -187,8 +209,13 @@ class Writer(Flushing, Session):
             arr[start:start + fit] = value[:fit]
             if fit < n:  # the step wraps around the ring end
                 arr[: n - fit] = value[fit:]
+        count = self.jcount
+        if new:
+            count = self.data.jumps.append(count, seen - n + 1 + np.flatnonzero(jumped), previous[jumped])
+            record_jumps(words, count)
         self.data.ns[(t_end // n) & 1] = values[-1]
         commit_step(words, t_end, self.key)
+        self.jcount = count  # before seen: settle() takes an in-memory seen behind intent as stale
         self.seen = t_end
 
     def settle(self) -> None:
@@ -203,11 +230,13 @@ class Writer(Flushing, Session):
         if intent == self.seen:
             return
         if int(words[W_CHECK]) ^ self.key == intent:
-            self.seen = intent  # committed; only the in-memory counter was behind
+            self.jcount = int(words[W_JUMPS])  # committed; only the in-memory counters were behind
+            self.seen = intent
             return
         restore_rows(self.data.storage.arrays, self.data.ckfile, self.checkpoint, self.seen, intent,
                      self.base, self.max_size)
-        words[W_SEEN] = self.seen  # back to the state before the step, as recovery would make it
+        words[W_JUMPS] = self.jcount  # back to the state before the step, as recovery would make it
+        words[W_SEEN] = self.seen
         words[W_INTENT] = self.seen
 
     def _coerced_values(self, state, action, reward, next_state, done, extra) -> list:
@@ -306,13 +335,14 @@ class Writer(Flushing, Session):
                 self._set_flush_limit()
             raise
 
-    def adopt(self, state: ring.RingState, ns_rows: np.ndarray | None) -> None:
+    def adopt(self, state: ring.RingState, ns_rows: np.ndarray | None, jumps: int = 0) -> None:
         """Take over the counters, sampler position and ``ns_buffer`` of another store whose
-        rows were copied into this one slot for slot (``convert``), then flush."""
+        rows were copied into this one slot for slot (``convert``), and the ``jumps``
+        records it wrote into the jump ring, then flush."""
         if ns_rows is not None:
             self.data.ns[(state.seen // self.num_envs) % 2] = ns_rows
-        self.counters.commit_state(state.seen, state.base, state.draws, state.resets)
-        self.seen, self.base, self.resets = state.seen, state.base, state.resets
+        self.counters.commit_state(state.seen, state.base, state.draws, state.resets, jumps)
+        self.seen, self.base, self.resets, self.jcount = state.seen, state.base, state.resets, jumps
         self.sampler = ring.Sampler(self.desc["seed_entropy"], state.draws)
         self._set_flush_limit()
         self.flush()

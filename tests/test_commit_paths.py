@@ -2,7 +2,9 @@
 ``Writer.write_step``); the two fast adds write it inline. This state machine performs
 the same steps through a fast add on one store and through the general add on another,
 and requires the two stores to be byte-identical after every step: rows, ``ns_buffer``,
-CRCs and the counter record (less the per-writer key, pid and boot words)."""
+CRCs, the jump ring and the counter record (less the per-writer key, pid and boot words).
+Steps chain (each step's states are the previous step's next states) except at random
+autoreset jumps, so both the fast path and its fall-back for jumps are taken."""
 from __future__ import annotations
 
 import os
@@ -21,13 +23,13 @@ FIELDS = {"states": ((3,), "float32"), "actions": ((), "int64"), "rewards": ((),
           "dones": ((), "bool")}
 
 
-def step(rng: np.random.Generator, num_envs: int):
-    """Exact-dtype inputs, the kind the fast adds take."""
+def step(rng: np.random.Generator, num_envs: int, obs: np.ndarray):
+    """Exact-dtype inputs, the kind the fast adds take, starting from ``obs``."""
+    next_obs = rng.standard_normal((num_envs, 3)).astype(np.float32)
     if num_envs == 1:
-        return (rng.standard_normal(3).astype(np.float32), int(rng.integers(-5, 5)), float(rng.standard_normal()),
-                rng.standard_normal(3).astype(np.float32), bool(rng.integers(2)))
-    return (rng.standard_normal((num_envs, 3)).astype(np.float32), rng.integers(-5, 5, num_envs),
-            rng.standard_normal(num_envs).astype(np.float32), rng.standard_normal((num_envs, 3)).astype(np.float32),
+        return (obs[0], int(rng.integers(-5, 5)), float(rng.standard_normal()), next_obs[0],
+                bool(rng.integers(2)))
+    return (obs, rng.integers(-5, 5, num_envs), rng.standard_normal(num_envs).astype(np.float32), next_obs,
             rng.integers(0, 2, num_envs).astype(bool))
 
 
@@ -35,7 +37,7 @@ def store_bytes(buf: DiskReplay) -> dict:
     """The rows of every field as stored, and the bytes of ``ns_buffer.npy`` and
     ``rowsums.npy`` (whole files: HDF5's own structure records creation times)."""
     out = {name: arr.tobytes() for name, arr in buf._session.storage.arrays.items()}
-    for name in ("ns_buffer.npy", "rowsums.npy"):
+    for name in ("ns_buffer.npy", "rowsums.npy", "jumps.npy", "jump_states.npy"):
         with open(os.path.join(buf.path, name), "rb") as f:
             out[name] = f.read()
     return out
@@ -59,12 +61,17 @@ class CommitPaths(RuleBasedStateMachine):
         self.paths = [os.path.join(self.tmp.name, name) for name in ("fast.replay", "general.replay")]
         self.fast, self.general = (DiskReplay.create(p, max_size, **kwargs) for p in self.paths)
         assert "add" in self.fast.__dict__, "the fast add is installed on a store with core fields only"
+        self.obs = self.rng.standard_normal((num_envs, 3)).astype(np.float32)
 
-    @rule()
-    def add(self):
-        values = step(self.rng, self.num_envs)
+    @rule(jump_rate=st.sampled_from([0.0, 0.3, 1.0]))
+    def add(self, jump_rate):
+        values = step(self.rng, self.num_envs, self.obs)
         self.fast.add(*values)
         DiskReplay.add(self.general, *values)  # the class's method: the general path
+        next_obs = np.asarray(values[3]).reshape(self.num_envs, 3)
+        jumps = self.rng.random(self.num_envs) < jump_rate
+        self.obs = np.where(jumps[:, None], self.rng.standard_normal((self.num_envs, 3)).astype(np.float32),
+                            next_obs)
 
     @rule()
     def flush(self):
