@@ -497,14 +497,23 @@ class StoreMachine(RuleBasedStateMachine):
         self.model = ReplayModel(max_size, num_envs)
         self.next_t = 1
         self.reference_draws = []
+        self.last_next = None  # the next states of the last step added
 
-    @rule(steps=st.integers(1, 6))
-    def add(self, steps):
+    @rule(steps=st.integers(1, 6), autoreset=st.sampled_from([0.0, 0.3, 1.0]), seed=st.integers(0, 2**16))
+    def add(self, steps, autoreset, seed):
+        """Steps whose states are the previous step's next states, except for envs that
+        autoreset (a fresh state: the model's next state is the one given, a jump)."""
         n = self.buf.num_envs
+        rng = np.random.default_rng(seed)
         for _ in range(steps):
-            values = step_values(self.next_t, n)
+            states, *rest = step_values(self.next_t, n)
+            if self.last_next is not None:
+                chained = (rng.random(n) >= autoreset).reshape((n,) + (1,) * (np.ndim(states) - (n > 1)))
+                states = np.where(chained[0] if n == 1 else chained, self.last_next, states)
+            values = (states, *rest)
             self.buf.add(*values)
             self.model.add(*values)
+            self.last_next = values[3]
             self.next_t += n
 
     @precondition(lambda self: self.model.size > 0)
