@@ -211,7 +211,12 @@ class Writer(Flushing, Session):
                 arr[: n - fit] = value[fit:]
         count = self.jcount
         if new:
-            count = self.data.jumps.append(count, seen - n + 1 + np.flatnonzero(jumped), previous[jumped])
+            try:
+                count = self.data.jumps.append(count, seen - n + 1 + np.flatnonzero(jumped), previous[jumped])
+            except DiskReplayError as exc:  # a write error (EIO, a full disk): as after a failed sync,
+                self.settle()               # the disk may not hold what we think; refuse writes until reopened
+                self._fail(exc)
+                raise
             record_jumps(words, count)
         self.data.ns[(t_end // n) & 1] = values[-1]
         commit_step(words, t_end, self.key)
