@@ -305,7 +305,7 @@ class Writer(Flushing, Session):
     def bind_add(self):
         """The fastest safe ``add`` for the store as it is now, or None for the general one:
         a closure over locals is the cheapest Python can do per call."""
-        if not self.live or self.fields is None or self.extra_names:
+        if not self.live or self.fields is None:
             return None
         return fast_add(self) if self.num_envs == 1 else fast_vector_add(self)
 
