@@ -359,3 +359,20 @@ def test_plain_numpy_reads_exact_next_states_as_format_md_says(tmp_path):
     got = np.stack([ns_buffer[t - (seen - n + 1)] if t > seen - n else exact.get(int(t), states[(s + n) % m])
                     for s, t in zip(slots, ts)])
     np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("num_envs", [1, 2])
+def test_states_are_compared_by_their_bytes(tmp_path, backend, num_envs):
+    """NaN states chain like any others (equal bytes, no jump), and -0.0 after 0.0 is a
+    jump (equal values, other bytes): the next state returned is the bytes given."""
+    n = num_envs
+    nan, zero, neg = (np.full((n, 2, 3), x, np.float32) for x in (np.nan, 0.0, -0.0))
+    steps = [(nan, zero), (zero, nan), (nan, zero), (neg, zero)]  # (states, next states)
+    with DiskReplay.create(tmp_path / "s", 10, num_envs=n, backend=backend, fields=FIELDS) as buf:
+        for states, nexts in steps:
+            args = [states, np.zeros(n, np.int64), np.zeros(n, np.float32), nexts, np.zeros(n, bool)]
+            buf.add(*([v[0] for v in args] if n == 1 else args))
+        assert buf._session.jcount == n  # only the -0.0 step: transitions of step 3
+        got = buf.get(np.arange(4 * n))["next_states"]
+        want = np.concatenate([np.broadcast_to(nexts, (n, 2, 3)) for _, nexts in steps])
+        assert got.tobytes() == want.tobytes()
