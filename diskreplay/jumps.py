@@ -105,9 +105,10 @@ class JumpRing:
             shape = (self.capacity,) + states.shape
             found_shape, found_dtype, self.offset = read_npy_header(self.path)
             size = os.stat(self.path).st_size
-            if found_shape != shape or found_dtype != states.dtype or size != expected_npy_bytes(shape, states.dtype):
+            expected = expected_npy_bytes(shape, states.dtype)
+            if found_shape != shape or found_dtype != states.dtype or size != expected:
                 raise CorruptStoreError(f"{self.path} holds {found_shape} {found_dtype} in {size} bytes, "
-                                        f"expected {shape} {states.dtype}")
+                                        f"expected {shape} {states.dtype} in {expected} bytes")
             self.fd = os.open(self.path, os.O_RDWR if writable else os.O_RDONLY)
         except OSError as exc:
             self.close()
