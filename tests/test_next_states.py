@@ -62,7 +62,10 @@ class Episodes:
 
 def assert_exact(buf, episodes: Episodes) -> None:
     slots = np.arange(buf.size)
-    np.testing.assert_array_equal(buf.get(slots)["next_states"], episodes.expected(buf, slots))
+    want = episodes.expected(buf, slots)
+    np.testing.assert_array_equal(buf.get(slots)["next_states"], want)
+    np.testing.assert_array_equal(buf.get(slots, fields=["next_states"])["next_states"], want)  # runs of slots
+    np.testing.assert_array_equal(buf.get(slots[::-1])["next_states"], want[::-1])
     batch = buf.sample(16)
     np.testing.assert_array_equal(batch["next_states"], episodes.expected(buf, buf.batch_idxs))
 
@@ -123,12 +126,15 @@ def test_the_jump_ring_forces_a_flush_before_it_outgrows_its_room(tmp_path, back
     with DiskReplay.create(tmp_path / "s", 40, backend=backend, fields=fields) as buf:
         reserve = buf._session.reserve_rows
         assert reserve == 15
+        given = []
         for _ in range(30):  # every step an autoreset
-            buf.add(rng.integers(0, 255, 1 << 20, dtype=np.uint8), 0, 0.0,
-                    rng.integers(0, 255, 1 << 20, dtype=np.uint8), False)
+            given.append(rng.integers(0, 255, 1 << 20, dtype=np.uint8))
+            buf.add(rng.integers(0, 255, 1 << 20, dtype=np.uint8), 0, 0.0, given[-1], False)
             session = buf._session
             assert session.jcount - session.checkpoint.jumps <= reserve
         assert session.checkpoint.jumps > 0 and session.jcount == 29
+        for slots in (np.arange(0, 30, 3), np.arange(30)):  # frames: scattered and in runs
+            assert buf.get(slots)["next_states"].tobytes() == np.stack([given[i] for i in slots]).tobytes()
 
 
 @pytest.mark.parametrize("src_backend", ["memmap", "hdf5"])
