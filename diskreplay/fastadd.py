@@ -22,7 +22,7 @@ from __future__ import annotations
 import numpy as np
 
 from .counters import W_CHECK, W_INTENT, W_SEEN
-from .jumps import SMALL_BYTES, bytes_equal
+from .jumps import SMALL_BYTES, same_bytes
 from .schema import FieldSpec, float_bounds
 
 
@@ -38,7 +38,7 @@ def fast_add(w):
     has_extras = bool(extra_arrays)
     ns_rows = w.views["ns_rows"] = w.data.ns[:, 0]  # made read-only with the arrays at close
     ns_pair = (ns_rows[0], ns_rows[1])  # the previous step's next state is ns_pair[seen & 1]
-    small, same = specs["states"].row_bytes <= SMALL_BYTES, bytes_equal(specs["states"].row_bytes)
+    small, same = specs["states"].row_bytes <= SMALL_BYTES, same_bytes(ns_pair, specs["states"].row_bytes)
     words = w.words
     key = w.key
     max_size = w.max_size
@@ -59,7 +59,7 @@ def fast_add(w):
             seen = w.seen
             t = seen + 1
             if t > w.flush_before or (state.tobytes() != ns_pair[seen & 1].tobytes() if small
-                                      else not same(state, ns_pair[seen & 1])):
+                                      else not same(state, seen & 1)):
                 return general(state, action, reward, next_state, done, extra)
             try:
                 words[W_INTENT] = t
@@ -97,7 +97,7 @@ def fast_vector_add(w):
     ns = w.data.ns
     ns_pair = (ns[0], ns[1])  # the previous step's next states are ns_pair[(seen // n) & 1]
     step_bytes = n * specs["states"].row_bytes
-    small, same = step_bytes <= SMALL_BYTES, bytes_equal(step_bytes)
+    small, same = step_bytes <= SMALL_BYTES, same_bytes(ns_pair, step_bytes)
     words = w.words
     key = w.key
     max_size = w.max_size
@@ -125,7 +125,7 @@ def fast_vector_add(w):
             stop = start + n
             if stop > max_size or t_end > w.flush_before or (
                     state.tobytes() != ns_pair[(seen // n) & 1].tobytes() if small
-                    else not same(state, ns_pair[(seen // n) & 1])):
+                    else not same(state, (seen // n) & 1)):
                 return general(state, action, reward, next_state, done, extra)
             try:
                 words[W_INTENT] = t_end

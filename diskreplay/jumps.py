@@ -69,16 +69,19 @@ def create_jump_files(directory: str, states: FieldSpec, capacity: int) -> None:
         raise io_error(f"creating {path}", exc) from exc
 
 
-def bytes_equal(nbytes: int):
-    """``same(a, b)``: whether two arrays of ``nbytes`` bytes hold the same bytes (NaNs
-    compare by their bytes). Small ones as ``bytes``, large ones by ``memcmp``."""
+def same_bytes(pair, nbytes: int):
+    """``same(a, parity)``: whether the array ``a`` holds, byte for byte, what
+    ``pair[parity]`` (one of the two ``ns_buffer`` areas, ``nbytes`` each) holds; NaNs
+    compare by their bytes. Small areas as ``bytes``; large ones by ``memcmp`` at the
+    areas' fixed addresses (a frame stack in microseconds)."""
     if nbytes <= SMALL_BYTES or _memcmp is None:
-        return lambda a, b: a.tobytes() == b.tobytes()
+        return lambda a, parity: a.tobytes() == pair[parity].tobytes()
+    addresses = tuple(area.ctypes.data for area in pair)  # the mapping stays while ``pair`` holds it
 
-    def same(a, b):
-        if a.flags.c_contiguous and b.flags.c_contiguous and a.nbytes == b.nbytes == nbytes:
-            return _memcmp(a.ctypes.data, b.ctypes.data, nbytes) == 0
-        return a.tobytes() == b.tobytes()
+    def same(a, parity):
+        if a.nbytes == nbytes and a.flags.c_contiguous:
+            return _memcmp(a.ctypes.data, addresses[parity], nbytes) == 0
+        return a.tobytes() == pair[parity].tobytes()
     return same
 
 
@@ -105,9 +108,10 @@ class JumpRing:
             shape = (self.capacity,) + states.shape
             found_shape, found_dtype, self.offset = read_npy_header(self.path)
             size = os.stat(self.path).st_size
-            if found_shape != shape or found_dtype != states.dtype or size != expected_npy_bytes(shape, states.dtype):
+            expected = expected_npy_bytes(shape, states.dtype)
+            if found_shape != shape or found_dtype != states.dtype or size != expected:
                 raise CorruptStoreError(f"{self.path} holds {found_shape} {found_dtype} in {size} bytes, "
-                                        f"expected {shape} {states.dtype}")
+                                        f"expected {shape} {states.dtype} in {expected} bytes")
             self.fd = os.open(self.path, os.O_RDWR if writable else os.O_RDONLY)
         except OSError as exc:
             self.close()
@@ -206,5 +210,5 @@ class JumpRing:
         self.fd = close_fd(self.fd)
 
 
-__all__ = ["JUMPS_FILE", "JUMP_STATES_FILE", "JumpRing", "bytes_equal", "create_jump_files", "jump_capacity",
+__all__ = ["JUMPS_FILE", "JUMP_STATES_FILE", "JumpRing", "same_bytes", "create_jump_files", "jump_capacity",
            "rows_differ"]

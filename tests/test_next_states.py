@@ -62,7 +62,10 @@ class Episodes:
 
 def assert_exact(buf, episodes: Episodes) -> None:
     slots = np.arange(buf.size)
-    np.testing.assert_array_equal(buf.get(slots)["next_states"], episodes.expected(buf, slots))
+    want = episodes.expected(buf, slots)
+    np.testing.assert_array_equal(buf.get(slots)["next_states"], want)
+    np.testing.assert_array_equal(buf.get(slots, fields=["next_states"])["next_states"], want)  # runs of slots
+    np.testing.assert_array_equal(buf.get(slots[::-1])["next_states"], want[::-1])
     batch = buf.sample(16)
     np.testing.assert_array_equal(batch["next_states"], episodes.expected(buf, buf.batch_idxs))
 
@@ -123,12 +126,15 @@ def test_the_jump_ring_forces_a_flush_before_it_outgrows_its_room(tmp_path, back
     with DiskReplay.create(tmp_path / "s", 40, backend=backend, fields=fields) as buf:
         reserve = buf._session.reserve_rows
         assert reserve == 15
+        given = []
         for _ in range(30):  # every step an autoreset
-            buf.add(rng.integers(0, 255, 1 << 20, dtype=np.uint8), 0, 0.0,
-                    rng.integers(0, 255, 1 << 20, dtype=np.uint8), False)
+            given.append(rng.integers(0, 255, 1 << 20, dtype=np.uint8))
+            buf.add(rng.integers(0, 255, 1 << 20, dtype=np.uint8), 0, 0.0, given[-1], False)
             session = buf._session
             assert session.jcount - session.checkpoint.jumps <= reserve
         assert session.checkpoint.jumps > 0 and session.jcount == 29
+        for slots in (np.arange(0, 30, 3), np.arange(30)):  # frames: scattered and in runs
+            assert buf.get(slots)["next_states"].tobytes() == np.stack([given[i] for i in slots]).tobytes()
 
 
 @pytest.mark.parametrize("src_backend", ["memmap", "hdf5"])
@@ -359,3 +365,20 @@ def test_plain_numpy_reads_exact_next_states_as_format_md_says(tmp_path):
     got = np.stack([ns_buffer[t - (seen - n + 1)] if t > seen - n else exact.get(int(t), states[(s + n) % m])
                     for s, t in zip(slots, ts)])
     np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("num_envs", [1, 2])
+def test_states_are_compared_by_their_bytes(tmp_path, backend, num_envs):
+    """NaN states chain like any others (equal bytes, no jump), and -0.0 after 0.0 is a
+    jump (equal values, other bytes): the next state returned is the bytes given."""
+    n = num_envs
+    nan, zero, neg = (np.full((n, 2, 3), x, np.float32) for x in (np.nan, 0.0, -0.0))
+    steps = [(nan, zero), (zero, nan), (nan, zero), (neg, zero)]  # (states, next states)
+    with DiskReplay.create(tmp_path / "s", 10, num_envs=n, backend=backend, fields=FIELDS) as buf:
+        for states, nexts in steps:
+            args = [states, np.zeros(n, np.int64), np.zeros(n, np.float32), nexts, np.zeros(n, bool)]
+            buf.add(*([v[0] for v in args] if n == 1 else args))
+        assert buf._session.jcount == n  # only the -0.0 step: transitions of step 3
+        got = buf.get(np.arange(4 * n))["next_states"]
+        want = np.concatenate([np.broadcast_to(nexts, (n, 2, 3)) for _, nexts in steps])
+        assert got.tobytes() == want.tobytes()
