@@ -38,7 +38,7 @@ import numpy as np
 
 from . import ring
 from .backends import get_backend
-from .errors import CorruptStoreError, EmptyStoreError, TornReadError
+from .errors import CorruptStoreError, EmptyStoreError
 from .fsutil import preallocate_file
 from .mapped import MappedFile
 from .priorityargs import is_prioritized, read_settings
@@ -54,7 +54,8 @@ MAGIC = int.from_bytes(b"DRPRIO01", "little", signed=True)
 SNAP_MAGIC = b"DRPSNP01"
 W_MAGIC, W_VERSION, W_ASSIGNED, W_BASE, W_MAXP, W_SEQ = range(6)
 _HEADER = struct.Struct("<8sQQQQdI")  # magic, generation, seen, base, assigned, max_p, crc
-SEQ_RETRIES = 2000  # re-reads (0.5 ms apart) of priorities an update is writing
+SEQ_WAITS = 200  # waits (0.5 ms each) of a reader for an update in progress to finish
+SEQ_COPIES = 20  # copies a reader takes while updates keep changing the priorities
 
 
 # ---------------------------------------------------------------------- files
@@ -272,7 +273,8 @@ class Priorities:
         snapshot of ``generation``), with pending transitions at ``max_p``. Rebuilt only
         when something changed (O(max_size) then)."""
         w = self.words
-        for _ in range(SEQ_RETRIES):
+        waits = copies = 0
+        while True:
             seq = int(w[W_SEQ])
             if generation is not None:
                 snap = self.snapshot_header(generation)
@@ -281,14 +283,16 @@ class Priorities:
                 state = (seq, self.assigned, int(w[W_BASE]), self.max_p, seen, base, None)
             if state == self.loaded:
                 return
-            if seq % 2 and generation is None and writer_alive():
+            if seq % 2 and generation is None and waits < SEQ_WAITS and writer_alive():
+                waits += 1
                 time.sleep(0.0005)
                 continue
             self.tree.leaves[:self.max_size] = self.live if generation is None else self.bodies[generation % 2]
-            if int(w[W_SEQ]) == seq:
+            copies += 1
+            # A writer that never pauses long enough for a whole copy of a large store: the
+            # last copy is taken as it is (each slot holds a value the writer stored).
+            if int(w[W_SEQ]) == seq or copies >= SEQ_COPIES:
                 break
-        else:
-            raise TornReadError(f"{self.path}: the writer kept updating priorities; try again")
         _, assigned, p_base, max_p = state[:4]
         leaves, m = self.tree.leaves, self.max_size
         if p_base != base:

@@ -8,6 +8,9 @@ It takes no lock and writes nothing, so it is safe beside a live writer. Checked
   memmap backend, the HDF5 structure and dataset offsets for the hdf5 backend),
   as do ``ns_buffer.npy`` and ``checkpoint.bin``;
 * both checkpoint slots are read (header and body checksums); at least one must be valid;
+* the jump ring (format 2): ``jumps.npy`` and ``jump_states.npy`` have the right header and
+  size, and the records lookups search are of transitions in increasing order that were
+  added (an unsorted window would hide exact next states);
 * every row of every field is read once, in row blocks (bounded memory), through
   positioned reads so that an I/O error is reported instead of killing the process;
   each row that was durable at the last flush is checked against its CRC-32 in
@@ -29,15 +32,16 @@ import numpy as np
 from . import ring
 from .backends import BACKENDS, get_backend
 from .checkpoint import CHECKPOINT_FILE, CheckpointFile, CheckpointLayout
-from .counters import COMMIT_RETRIES, COUNTERS_FILE, Counters
+from .counters import COMMIT_RETRIES, COUNTERS_FILE, W_JUMPS, Counters
 from .description import DESCRIPTION_FILE, read_description
 from .errors import DiskReplayError, StoreLockedError
+from .jumps import JUMP_STATES_FILE, JUMPS_FILE, jump_capacity
 from .layout import CREATING_MARKER, NS_FILE, check_is_store
 from .lock import writer_alive
 from .npyfile import read_npy_header
 from .prioritized import PRIORITY_FILE, Priorities
 from .priorityargs import is_prioritized
-from .rowsums import ROWSUMS_FILE, row_sum
+from .rowsums import ROWSUMS_FILE, batch_sums
 
 BLOCK_BYTES = 8 << 20
 
@@ -99,7 +103,7 @@ def verify_store(path, progress: Callable[[int, int], None] | None = None) -> Ve
     fields, num_envs = desc["fields"], desc["num_envs"]
 
     # -- live counters
-    seen = base = None
+    seen = base = jumps = None
     try:
         counters = Counters(directory, writable=False)
     except DiskReplayError as exc:
@@ -118,6 +122,7 @@ def verify_store(path, progress: Callable[[int, int], None] | None = None) -> Ve
                 report.problem(f"{counters.path}: {problem}")
             else:
                 seen, _, base, _, _ = counters.snapshot()
+                jumps = int(counters.words[W_JUMPS])
                 report.checked["seen_size"] = seen
         finally:
             counters.close()
@@ -164,6 +169,9 @@ def verify_store(path, progress: Callable[[int, int], None] | None = None) -> Ve
         finally:
             ck.close()
 
+    if desc["format_version"] >= 2:
+        _check_jumps(directory, desc, seen, jumps, report)
+
     # -- every row, once
     if seen is None:
         report.notes.append("rows were not read: the live counters cannot be trusted")
@@ -192,6 +200,35 @@ def _check_priorities(directory: str, desc: dict, seen: int, base: int, report: 
         report.problem(f"{PRIORITY_FILE}: {exc}")
     finally:
         prio.close()
+
+
+def _check_jumps(directory: str, desc: dict, seen: int | None, jumps: int | None, report: VerifyReport) -> None:
+    """The jump ring's files, and the records lookups search (``jumps.py``)."""
+    states, max_size = desc["fields"]["states"], desc["max_size"]
+    capacity = jump_capacity(max_size, desc["reserve_rows"])
+    records = os.path.join(directory, JUMPS_FILE)
+    offset = _check_npy(records, (capacity,), np.dtype(np.int64), report)
+    _check_npy(os.path.join(directory, JUMP_STATES_FILE), (capacity,) + states.shape, states.dtype, report)
+    if offset is None or seen is None:
+        return
+    ks = np.arange(max(0, jumps - max_size), jumps, dtype=np.int64)
+    with open(records, "rb") as f:
+        ring = np.fromfile(f, "<i8", count=capacity, offset=offset)
+    ts = ring[ks % capacity]
+    report.checked["jump_records"] = len(ts)
+    # A live writer stores the count before it commits a step: records up to one step ahead.
+    ahead = seen + desc["num_envs"]
+    if len(ts) and ((np.diff(ts) <= 0).any() or ts[0] < 1 or ts[-1] > ahead):
+        counters = Counters(directory, writable=False)
+        try:
+            moved = int(counters.words[W_JUMPS]) != jumps
+        finally:
+            counters.close()
+        if moved:  # a live writer recorded jumps meanwhile, over the oldest read
+            report.notes.append(f"{JUMPS_FILE}: not checked, a live writer kept recording jumps")
+            return
+        report.problem(f"{records}: the newest {len(ts)} records are not transitions in increasing order "
+                       f"up to seen_size {seen}; exact next states of autoreset jumps may be wrong")
 
 
 def _data_starts(directory: str, desc: dict, report: VerifyReport) -> dict:
@@ -307,9 +344,9 @@ def _read_rows(directory, desc, starts, counters_state, checkpoint_seen, report,
                 check = np.flatnonzero((ts > first) & (ts <= upto))
                 if check.size:
                     sums = np.frombuffer(_pread_all(fds[sums_path], (hi - lo) * 4, sums_offset + lo * 4), "<u4")
-                    for i in check.tolist():
-                        if row_sum(blocks, i, int(ts[i])) != int(sums[i]):
-                            mismatched.append((lo + i, int(ts[i])))
+                    sel = slice(None) if check.size == hi - lo else check  # all rows: no copies
+                    wrong = check[batch_sums([b[sel] for b in blocks], ts[sel]) != sums[sel]]
+                    mismatched.extend((lo + int(i), int(ts[i])) for i in wrong)
                     report.count("rows_crc_checked", int(check.size))
             done += hi - lo
             report.count("field_rows", (hi - lo) * (len(names) - len(failed)))
