@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import _sumtree  # ImportError when the extension was not built: sumtree.py falls back
+from ._sumtree import build as _build, find as _find, update as _update  # ImportError when not built: sumtree.py falls back
 
 
 class BinarySumTree:
@@ -40,7 +40,7 @@ class BinarySumTree:
         the last positive leaf on its path, so a zero leaf is never returned."""
         u = np.ascontiguousarray(masses, dtype=np.float64)
         out = np.empty(len(u), np.int64)
-        _sumtree.find(self.sums, u, out)
+        _find(self.sums, u, out)
         return out
 
     def update(self, slots: np.ndarray, values: np.ndarray) -> None:
@@ -50,7 +50,7 @@ class BinarySumTree:
         values = np.ascontiguousarray(values, dtype=np.float64)
         if values.shape != slots.shape:  # a scalar for every slot
             values = np.full(slots.shape, values, np.float64)
-        _sumtree.update(self.sums, self.mins, slots, values)
+        _update(self.sums, self.mins, slots, values)
 
     def update_range(self, lo: int, hi: int, value) -> None:
         """Set the leaves ``[lo, hi)`` to ``value`` (a scalar or an array) and recompute above."""
@@ -64,7 +64,7 @@ class BinarySumTree:
 
     def rebuild(self) -> None:
         """Recompute the min leaves and every inner node from ``leaves`` (loaded in place)."""
-        _sumtree.build(self.sums, self.mins)
+        _build(self.sums, self.mins)
 
     def problems(self) -> list[str]:
         """Every node that differs from a recomputation from the leaves (exact comparison)."""
