@@ -15,7 +15,7 @@ store is in; ``ring`` is the slot arithmetic and sampler; ``schema`` the fields;
 and ``verify`` work below the facade; ``views``, ``stats`` and ``export`` read stores
 for any Python user (and the CLI); ``slm`` is the SLM-Lab drop-in.
 """
-from .errors import (CorruptStoreError, DiskReplayError, EmptyStoreError, IncompleteStoreError,
+from .errors import (CorruptStoreError, DiskReplayError, EmptyStoreError, EnvProtocolError, IncompleteStoreError,
                      IndexOutOfRangeError, InsufficientSpaceError, InterfaceMismatchError,
                      InvalidArgumentError, MemorySpecError, MissingDependencyError, NotAStoreError,
                      NStepTooLargeError, OutputExistsError, OvertakenError,
@@ -28,7 +28,7 @@ from .store import FORMAT_VERSION, DiskReplay
 
 __version__ = "0.1.0"
 
-__all__ = ["DiskReplay", "FORMAT_VERSION", "CorruptStoreError", "DiskReplayError", "EmptyStoreError",
+__all__ = ["DiskReplay", "FORMAT_VERSION", "CorruptStoreError", "DiskReplayError", "EmptyStoreError", "EnvProtocolError",
     "IncompleteStoreError", "IndexOutOfRangeError", "InsufficientSpaceError", "InterfaceMismatchError",
     "InvalidArgumentError", "MemorySpecError", "MissingDependencyError", "NotAStoreError",
     "NStepTooLargeError", "OutputExistsError", "OvertakenError", "PartialStepWarning",

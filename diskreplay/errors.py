@@ -150,3 +150,10 @@ class OutputExistsError(DiskReplayError, FileExistsError):
 
 class MissingDependencyError(DiskReplayError, ImportError):
     """A feature needs an optional package that is not installed; the message says which extra to install."""
+
+
+class EnvProtocolError(InvalidArgumentError):
+    """An environment an integration records (``sb3``, ``gym``) does not fit what it can
+    store: a space a store cannot hold (Dict, Tuple, Text, ...), an autoreset mode it does not
+    support, or a step that breaks the Gymnasium protocol (a step before ``reset()``, a
+    same-step autoreset without its final observation in ``infos``)."""
