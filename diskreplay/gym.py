@@ -17,11 +17,12 @@ from ``env.metadata["autoreset_mode"]``):
   of ``num_envs`` transitions at a time (env ``e``'s k-th transition at step k), so the
   transitions of envs that did not skip wait in memory (``pending``) until every env has
   one: at most one per episode end that another env had and they did not.
-- ``SAME_STEP`` (and Gymnasium 0.29's vector envs): the ended env is reset in the same
-  step, its final observation is in ``infos["final_obs"]`` (0.29: ``"final_observation"``).
+- ``SAME_STEP`` (Gymnasium 0.29's behaviour): the ended env is reset in the same step, its
+  final observation is in ``infos["final_obs"]`` (or 0.29's ``"final_observation"``, which
+  vector envs written for 0.29 still use: pass ``autoreset_mode=SAME_STEP`` for them).
 - ``DISABLED``: the caller resets ended envs with ``reset(options={"reset_mask": ...})``.
 
-Importing this module imports gymnasium.
+Importing this module imports gymnasium (>= 1.1, which has ``AutoresetMode``).
 """
 from __future__ import annotations
 
@@ -154,10 +155,8 @@ class RecordTransitions(gymnasium.Wrapper, _Recording):
 
 def _autoreset_mode(env, given) -> str:
     """The vector env's autoreset mode (an ``AutoresetMode`` value), or a clear refusal."""
-    enum = getattr(gymnasium.vector, "AutoresetMode", None)
+    enum = gymnasium.vector.AutoresetMode  # Gymnasium >= 1.1 (the [gym] extra)
     declared = (env.metadata or {}).get("autoreset_mode")
-    if enum is None:  # Gymnasium 0.29: vector envs reset in the same step, final observation in infos
-        return SAME_STEP
     modes = []
     for where, mode in (("metadata['autoreset_mode']", declared), ("autoreset_mode", given)):
         if mode is None:

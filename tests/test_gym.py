@@ -276,16 +276,16 @@ class Claims(gym.vector.VectorWrapper):
             self.metadata["autoreset_mode"] = mode
 
 
-@pytest.mark.parametrize("enum", [True, False], ids=["gymnasium-1.x", "no-AutoresetMode"])
-def test_gymnasium_0_29_final_observation_key_is_read(tmp_path, monkeypatch, enum):
+@pytest.mark.parametrize("declared", [True, False], ids=["metadata", "argument"])
+def test_gymnasium_0_29_final_observation_key_is_read(tmp_path, declared):
     """Gymnasium 0.29's vector envs reset in the same step and put the final observation in
-    ``infos["final_observation"]``; without ``gymnasium.vector.AutoresetMode`` (0.29 has
-    none) a vector env is taken as such, with 1.x the metadata says SAME_STEP."""
+    ``infos["final_observation"]``; one written for 0.29 (no ``autoreset_mode`` metadata) is
+    recorded with ``autoreset_mode=SAME_STEP``."""
     env = Renamed(vector(2, AutoresetMode.SAME_STEP))
-    if not enum:
+    if not declared:
         env = Claims(env, None)
-        monkeypatch.delattr(gym.vector, "AutoresetMode")
-    envs = RecordVectorTransitions(env, tmp_path / "r.replay", 500)
+    envs = RecordVectorTransitions(env, tmp_path / "r.replay", 500,
+                                   autoreset_mode=None if declared else AutoresetMode.SAME_STEP)
     seen = Seen(2)
     obs, _ = envs.reset(seed=1)
     envs.action_space.seed(1)
