@@ -119,8 +119,10 @@ class SlotIndexError(IndexOutOfRangeError):
 
 
 class PartialStepWarning(UserWarning):
-    """A partial env step the drop-in was buffering (``add_experience`` with num_envs > 1)
-    was dropped by ``close()`` and never reached the store."""
+    """Transitions buffered until every env had one for a whole store step were dropped by
+    ``close()`` and never reached the store: a partial env step of the SLM-Lab drop-in
+    (``add_experience`` with num_envs > 1), or the waiting transitions of
+    ``diskreplay.gym.RecordVectorTransitions`` under a next-step autoreset."""
 
 
 class DuplicateShardError(InvalidArgumentError):
