@@ -114,6 +114,9 @@ class RecordTransitions(gymnasium.Wrapper, _Recording):
 
     def __init__(self, env: gymnasium.Env, path, max_size: int | None = None, *, backend: str = "memmap",
                  seed: int | None = None, flush_every: int | None = None):
+        if isinstance(env, gymnasium.vector.VectorEnv):
+            raise EnvProtocolError(f"RecordTransitions wraps one env, got the vector env {env}; "
+                                   "use RecordVectorTransitions")
         gymnasium.Wrapper.__init__(self, env)
         fields = transition_fields(env.observation_space, env.action_space, "RecordTransitions")
         self.store, self._owned = _store_for(path, fields, 1, max_size,
@@ -188,6 +191,9 @@ class RecordVectorTransitions(gymnasium.vector.VectorWrapper, _Recording):
 
     def __init__(self, env, path, max_size: int | None = None, *, backend: str = "memmap",
                  seed: int | None = None, flush_every: int | None = None, autoreset_mode=None):
+        if not isinstance(env, gymnasium.vector.VectorEnv):
+            raise EnvProtocolError(f"RecordVectorTransitions wraps a gymnasium.vector.VectorEnv, got {env}; "
+                                   "use RecordTransitions for one env")
         gymnasium.vector.VectorWrapper.__init__(self, env)
         self._mode = _autoreset_mode(env, autoreset_mode)
         n = self.n = int(env.num_envs)

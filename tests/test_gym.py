@@ -385,6 +385,14 @@ def test_a_store_resumes_and_an_open_store_is_written_but_not_closed(tmp_path):
 
 
 # ---------------------------------------------------------------------- bad input, refused when built
+def test_a_vector_env_in_the_single_wrapper_and_the_reverse_are_refused(tmp_path):
+    with pytest.raises(EnvProtocolError, match="use RecordVectorTransitions"):
+        RecordTransitions(vector(2, AutoresetMode.NEXT_STEP), tmp_path / "v.replay", 10)
+    with pytest.raises(EnvProtocolError, match="use RecordTransitions"):
+        RecordVectorTransitions(cartpole(), tmp_path / "s.replay", 10)
+    assert os.listdir(tmp_path) == []
+
+
 def test_spaces_a_store_cannot_hold_are_refused(tmp_path):
     env = gym.wrappers.TransformObservation(
         cartpole(), lambda o: {"pos": o}, gym.spaces.Dict({"pos": cartpole().observation_space}))
