@@ -364,6 +364,23 @@ def test_single_env_adds_get_the_true_next_observations(tmp_path, autoreset):
     env.close()
 
 
+def test_single_env_reset_mid_episode_final_observation_ends_the_episode(tmp_path):
+    """An episode abandoned by ``reset()`` has no mark; the store ends it where its last next
+    state (the last observation given) is not the next transition's state (the reset one)."""
+    env = RecordTransitions(cartpole(limit=500), tmp_path / "m.replay", 100)
+    obs, _ = env.reset(seed=0)
+    given = [obs]
+    for action in (0, 1, 0):
+        given.append(env.step(action)[0])
+    env.reset(seed=1)
+    env.step(1)
+    episodes = list(env.store.episodes())
+    assert [len(ep["actions"]) for ep in episodes] == [3, 1]
+    np.testing.assert_array_equal(episodes[0]["states"], np.array(given))
+    assert not episodes[0]["dones"].any() and not episodes[0]["truncateds"].any()
+    env.close()
+
+
 def test_a_store_resumes_and_an_open_store_is_written_but_not_closed(tmp_path):
     path = tmp_path / "r.replay"
     env = RecordTransitions(cartpole(), path, 100)
