@@ -240,6 +240,18 @@ def test_vector_final_observation_ends_each_episode_of_episodes(recorded):
     assert_episodes_match(envs.store, seen, final=True)
 
 
+def test_async_vector_envs_are_recorded_the_same(tmp_path):
+    """AsyncVectorEnv (sub-envs in processes, observations through shared memory)."""
+    env = gym.vector.AsyncVectorEnv([lambda: cartpole() for _ in range(2)], autoreset_mode=AutoresetMode.NEXT_STEP)
+    envs = RecordVectorTransitions(env, tmp_path / "a.replay", 1_000)
+    seen = collect(envs, AutoresetMode.NEXT_STEP, 80)
+    assert assert_episodes_match(envs.store, seen, final=False) >= 6
+    assert_slots_match(envs.store, seen, ends=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", PartialStepWarning)
+        envs.close()
+
+
 def test_next_step_transitions_wait_until_every_env_has_one(tmp_path):
     """Env 0 truncates every 3 steps and so skips a step every 4; env 1 never ends: env 1's
     transitions wait, and close() says how many it drops."""
