@@ -252,6 +252,40 @@ def test_async_vector_envs_are_recorded_the_same(tmp_path):
         envs.close()
 
 
+@pytest.mark.parametrize("mode", [AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP], ids=lambda m: m.name)
+def test_the_cli_lists_the_episodes_the_env_gave(tmp_path, mode):
+    """``diskreplay episodes`` and ``stats`` cut the recorded store where the env's episodes ended."""
+    import json
+
+    from click.testing import CliRunner
+
+    from diskreplay.cli.main import main
+
+    path = tmp_path / "c.replay"
+    envs = RecordVectorTransitions(vector(2, mode), path, 1_000)
+    seen = collect(envs, mode, 100)
+    stored = envs.store.seen_size // 2
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", PartialStepWarning)
+        envs.close()
+    want = []
+    for e in range(2):
+        done = 0
+        for ep in seen.episodes[e]:
+            length = min(len(ep["actions"]), stored - done)
+            if length <= 0:
+                break
+            ended = length == len(ep["actions"]) and (ep["terminated"][-1] or ep["truncated"][-1])
+            want.append((e, length, float(sum(ep["rewards"][:length])), ended))
+            done += length
+    r = CliRunner().invoke(main, ["episodes", str(path), "--json"])
+    assert r.exit_code == 0, r.output
+    got = sorted((ep["env"], ep["length"], ep["return"], ep["complete"]) for ep in json.loads(r.output))
+    assert got == sorted(want) and sum(w[3] for w in want) >= 8
+    r = CliRunner().invoke(main, ["stats", str(path), "--json"])
+    assert json.loads(r.output)["episodes"]["complete_episodes"] == sum(w[3] for w in want)
+
+
 def test_next_step_transitions_wait_until_every_env_has_one(tmp_path):
     """Env 0 truncates every 3 steps and so skips a step every 4; env 1 never ends: env 1's
     transitions wait, and close() says how many it drops."""
