@@ -410,6 +410,40 @@ def test_single_env_adds_get_the_true_next_observations(tmp_path, autoreset):
     env.close()
 
 
+class SameStepAutoreset(gym.Wrapper):
+    """Gymnasium 0.29's ``AutoResetWrapper``: resets in the ending step, the final observation in info."""
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        if terminated or truncated:
+            final, final_info = obs, info
+            obs, info = self.env.reset()
+            info = dict(info, final_observation=final, final_info=final_info)
+        return obs, reward, terminated, truncated, info
+
+
+def test_single_env_same_step_autoreset_gives_its_final_observation(tmp_path):
+    env = RecordTransitions(SameStepAutoreset(cartpole()), tmp_path / "s.replay", 500)
+    calls = spy_on_adds(env.store)
+    seen = Seen(1)
+    obs, _ = env.reset(seed=0)
+    env.action_space.seed(0)
+    seen.start(0, obs)
+    for _ in range(100):
+        action = env.action_space.sample()
+        obs, reward, term, trunc, info = env.step(action)
+        seen.step(0, action, reward, info["final_observation"] if term or trunc else obs, term, trunc)
+        if term or trunc:
+            seen.start(0, obs)
+    want = seen.transitions(0)
+    assert len(calls) == len(want) == 100 and sum(t[4] or t[5] for t in want) >= 5
+    for got, w in zip(calls, want):
+        for g, x in zip(got, w):
+            np.testing.assert_array_equal(g, x)
+    assert assert_episodes_match(env.store, seen, final=False) >= 5
+    env.close()
+
+
 def test_single_env_reset_mid_episode_final_observation_ends_the_episode(tmp_path):
     """An episode abandoned by ``reset()`` has no mark; the store ends it where its last next
     state (the last observation given) is not the next transition's state (the reset one)."""
