@@ -20,9 +20,11 @@ from diskreplay.stats import compute_stats
 from diskreplay.verify import verify_store
 from diskreplay.views import batch_keys, read_block, sample_batch, store_info
 
-from .output import (check_output, cli_message, echo_json, echo_lines, fmt_numbers, kv_lines, parse_fields, parse_indices,
-                     positions, progress, rows_table, table, terminal_width)
+from .output import (check_output, cli_message, echo_json, echo_lines, fmt_numbers, kv_lines, note_overtaken,
+                     os_error_message, parse_fields, parse_indices, positions, progress, returns_line, rows_table,
+                     table, terminal_width)
 from .plot import load_pyplot, plot_format, plot_store
+from .watch import watch_store
 
 SHOW_DEFAULT = 10
 
@@ -34,13 +36,6 @@ def range_options(func):
                         help="First chronological position (0 = oldest; negative counts from the newest).")(func)
     return click.option("--last", type=click.IntRange(min=0), metavar="N",
                         help="Only the newest N transitions.")(func)
-
-
-def note_overtaken(skipped: int) -> None:
-    """Tell stderr how many requested rows the live writer overwrote before they were read."""
-    if skipped:
-        click.echo(f"note: the live writer overwrote {skipped} of the requested transitions before they "
-                   "were read; they are left out", err=True)
 
 
 def handle_errors(func):
@@ -58,11 +53,13 @@ def handle_errors(func):
             raise  # click ends the command quietly
         except (InvalidArgumentError, IndexOutOfRangeError) as exc:
             raise click.UsageError(cli_message(str(exc), name), ctx=ctx) from None
+        except OSError as exc:  # the library's StoreIOError and the like too
+            raise click.ClickException(os_error_message(exc)) from None
+        except MemoryError:
+            raise click.ClickException(f"out of memory in {name or 'the command'}; read fewer rows "
+                                       "(--last N, --start/--stop) or free memory") from None
         except DiskReplayError as exc:
             raise click.ClickException(cli_message(str(exc), name)) from None
-        except OSError as exc:
-            where = f"{exc.filename}: " if exc.filename else ""
-            raise click.ClickException(f"{where}{exc.strerror or exc}") from None
 
     return wrapper
 
@@ -167,7 +164,8 @@ def stats(path: str, last, start, stop, as_json: bool) -> None:
     """Per-field statistics and episode returns of the store at PATH.
 
     min, max, mean and std are over the finite elements of each field, read in row
-    blocks (bounded memory); the nonfinite column counts NaN and infinite elements.
+    blocks (bounded memory; each field once, next states never, one- and two-byte
+    integers summed exactly); the nonfinite column counts NaN and infinite elements.
     Episodes are reconstructed per env from the env-major order and dones; returns
     are over complete episodes (whose start is among the rows read), so an episode
     cut by the ring's wrap, by --last/--start or by a live writer overtaking the read
@@ -201,20 +199,6 @@ def stats(path: str, last, start, stop, as_json: bool) -> None:
                 enumerate(zip(ep["dones_per_env"], ep["complete_episodes_per_env"]))]
     echo_lines(table(["env", "episodes", "complete"], env_rows, right={0, 1, 2}))
     click.echo(returns_line(ep))
-
-
-def returns_line(ep: dict) -> str:
-    """The returns summary; episodes with a NaN or infinite return are counted, not averaged."""
-    if not ep["complete_episodes"]:
-        return "returns: no complete episodes"
-    bad = ep["nonfinite_returns"]
-    head = (f"returns over {ep['complete_episodes']} complete episodes" if not bad else
-            f"returns over the {ep['finite_returns']} of {ep['complete_episodes']} complete episodes with a "
-            f"finite return ({bad} NaN or infinite)")
-    if not ep["finite_returns"]:
-        return head + ": none to summarize"
-    mean, lo, hi = fmt_numbers([ep["return_mean"], ep["return_min"], ep["return_max"]])
-    return f"{head}: mean {mean}, min {lo}, max {hi}"
 
 
 # ---------------------------------------------------------------- episodes
@@ -308,7 +292,7 @@ def verify(path: str, as_json: bool) -> None:
     if as_json:
         echo_json(dataclasses.asdict(report))
     else:
-        click.echo(report.summary())
+        click.echo(cli_message(report.summary()))
     if not report.ok:
         sys.exit(1)
 
@@ -391,6 +375,33 @@ def plot(path, out, last, start, stop) -> None:
     note_overtaken(result["skipped_overwritten"])
     click.echo(f"wrote {out}: {result['episodes']} episode returns, "
                f"histograms of {', '.join(result['histograms']) or 'no fields'}")
+
+
+# ---------------------------------------------------------------- watch
+@main.command()
+@click.argument("path", type=click.Path())
+@click.option("--interval", type=click.FloatRange(min=0.05), default=2.0, show_default=True, metavar="SECONDS",
+              help="Time between refreshes.")
+@click.option("-n", "--count", type=click.IntRange(min=1), metavar="N",
+              help="Refresh N times, then exit (default: until Ctrl-C).")
+@click.option("--returns", "keep", type=click.IntRange(min=1), default=100, show_default=True, metavar="K",
+              help="Summarize the returns of the last K episodes that ended.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object per refresh, one a line.")
+@handle_errors
+def watch(path, interval, count, keep, as_json) -> None:
+    """Follow the store at PATH while a trainer fills it: counters, add rate, recent
+    episode returns and whether a writer is live, refreshed every --interval seconds.
+
+    Read-only: it never writes to the store or blocks the writer; each refresh reads
+    only the rewards and episode ends of the rows added since the previous one (at
+    most the newest 100000). Returns count episodes that ended since watching began
+    and whose start was read too. Ctrl-C quits (exit 0). Without a terminal (a pipe,
+    a file) each refresh is printed below the previous one.
+
+    Examples: diskreplay watch runs/pong.replay;
+    diskreplay watch runs/pong.replay --interval 10 -n 6 --json
+    """
+    watch_store(path, interval, count, as_json, keep)
 
 
 # ---------------------------------------------------------------- convert

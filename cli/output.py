@@ -13,11 +13,14 @@ import contextlib
 import json
 import math
 import os
+import re
 import shutil
 import sys
 
 import click
 import numpy as np
+
+from diskreplay import DiskReplayError
 
 
 # ---------------------------------------------------------------- arguments
@@ -205,6 +208,27 @@ def echo_lines(lines, indent: str = "") -> None:
         click.echo(indent + line)
 
 
+def note_overtaken(skipped: int) -> None:
+    """Tell stderr how many requested rows the live writer overwrote before they were read."""
+    if skipped:
+        click.echo(f"note: the live writer overwrote {skipped} of the requested transitions before they "
+                   "were read; they are left out", err=True)
+
+
+def returns_line(ep: dict) -> str:
+    """The returns summary; episodes with a NaN or infinite return are counted, not averaged."""
+    if not ep["complete_episodes"]:
+        return "returns: no complete episodes"
+    bad = ep["nonfinite_returns"]
+    head = (f"returns over {ep['complete_episodes']} complete episodes" if not bad else
+            f"returns over the {ep['finite_returns']} of {ep['complete_episodes']} complete episodes with a "
+            f"finite return ({bad} NaN or infinite)")
+    if not ep["finite_returns"]:
+        return head + ": none to summarize"
+    mean, lo, hi = fmt_numbers([ep["return_mean"], ep["return_min"], ep["return_max"]])
+    return f"{head}: mean {mean}, min {lo}, max {hi}"
+
+
 # ---------------------------------------------------------------- errors
 CLI_TERMS = (("overwrite=True", "--overwrite"), ("DiskReplay.open() to resume it", "another path"),
              ("batch_size", "-n"))
@@ -216,7 +240,45 @@ def cli_message(message: str, command: str | None = None) -> str:
         if api == "batch_size" and command != "sample":
             continue
         message = message.replace(api, flag)
-    return message
+    return HDF5_CALL.sub(r"\g<why>", message)
+
+
+TEMP_NAME = re.compile(r"^(?P<path>.+?)\.tmp-\d+(\.\w+)?$")  # fsutil.atomic_replace's staging names
+HDF5_OPEN = re.compile(r"name = '(?P<name>[^']*)', errno = (?P<errno>\d+)")
+HDF5_CALL = re.compile(r"Unable to (synchronously )?[a-z ]+? \((?P<why>[^()]*)\)")  # the HDF5 call, not its reason
+HDF5_WRAPPER = re.compile(r"^Unable to (synchronously )?(?P<what>[\w ]+?) \((?P<why>.*)\)$")
+
+
+def user_path(path) -> str:
+    """The path a user named for a file written beside it under a temporary name."""
+    text = os.fsdecode(path)
+    head, name = os.path.split(text)
+    m = TEMP_NAME.match(name)
+    if m:
+        name = m.group("path")
+        if name.startswith(".") and head:  # a hidden staging directory (Minari)
+            name = name[1:]
+        return os.path.join(head, name)
+    return text
+
+
+def os_error_message(exc: OSError) -> str:
+    """An OSError in the command line's terms: the path the user gave (not the temporary
+    file written beside it), the system's reason, no errno numbers or HDF5 call stacks."""
+    if isinstance(exc, DiskReplayError):  # the library's own message, with the errno it kept
+        return cli_message(exc.strerror if exc.errno and exc.strerror else str(exc))
+    text = str(exc)
+    reason = exc.strerror or (os.strerror(exc.errno) if exc.errno else None)
+    filename = exc.filename
+    m = HDF5_OPEN.search(text)
+    if m:  # h5py: "Unable to synchronously create file (unable to open file: name = '...', errno = 2, ...)"
+        filename, reason = m.group("name"), os.strerror(int(m.group("errno")))
+    elif reason is None:
+        w = HDF5_WRAPPER.match(text)
+        reason = w.group("why") if w else text
+    if filename:
+        return f"{user_path(filename)}: {reason}"
+    return reason
 
 
 # ---------------------------------------------------------------- progress

@@ -55,10 +55,10 @@ def plot_store(buf: DiskReplay, out: str, plt, *, fmt: str = "png", start: int |
     ``[start, stop)`` of ``buf`` into ``out`` (an image of format ``fmt``).
 
     Returns ``{"episodes", "histograms", "skipped_overwritten"}``."""
-    stats = compute_stats(buf, keep_returns=True, start=start, stop=stop)
+    stats = compute_stats(buf, keep_returns=True, keep_tallies=True, start=start, stop=stop)
     returns = [r for r in stats["episodes"]["returns"] if math.isfinite(r[2])]
     hists = histograms(buf, {name: (s["min"], s["max"]) for name, s in stats["fields"].items()},
-                       start=stats["start"], stop=stats["stop"])
+                       start=stats["start"], stop=stats["stop"], tallies=stats["tallies"])
     names = list(hists)
     ncols = 2
     nrows = 1 + (len(names) + ncols - 1) // ncols

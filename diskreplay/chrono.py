@@ -102,16 +102,18 @@ class ChronoReader:
     counts them; they are always the oldest of a block, so the blocks' ``transitions``
     then jump over them). With ``strict=True`` an overwritten row after the first block
     raises :class:`OvertakenError` instead. ``progress(done, total)`` is called after
-    each block with positions read (or skipped) so far.
+    each block with positions read (or skipped) so far. ``fields`` (names, ``"next_states"``
+    among them if wanted) reads only those keys: a scan reads no next states it does not use.
     """
 
     def __init__(self, buf, start: int | None = None, stop: int | None = None, *,
                  snap: Snapshot | None = None, rows: int | None = None, restarts: int = 20,
-                 progress: Callable[[int, int], None] | None = None, strict: bool = False):
+                 progress: Callable[[int, int], None] | None = None, strict: bool = False, fields=None):
         self.buf = buf
         self.snap = snapshot(buf) if snap is None else snap
         self.start, self.stop = self.snap.bounds(start, stop)
-        self.rows = max(1, block_rows(buf) if rows is None else rows)
+        self.fields = None if fields is None else tuple(fields)
+        self.rows = max(1, block_rows(buf, keys=self.fields) if rows is None else rows)
         self.restarts = restarts
         self.progress = progress
         self.strict = strict
@@ -125,7 +127,7 @@ class ChronoReader:
             snap = self.snap
             end = min(pos + self.rows, self.stop)
             slots = snap.slots(pos, end)
-            batch = buf.get(slots)
+            batch = buf.get(slots) if self.fields is None else buf.get(slots, fields=self.fields)
             positions = np.arange(pos, end, dtype=np.int64)
             transitions = snap.transition(positions)
             # A slot keeps transition t until transition t + max_size is written.
@@ -153,11 +155,13 @@ class ChronoReader:
                 self.progress(pos - self.start, self.stop - self.start)
 
 
-def block_rows(buf, factor: int = 1) -> int:
-    """Rows per block so that a block of batches (times ``factor``) stays near ``BLOCK_BYTES``."""
+def block_rows(buf, factor: int = 1, keys=None) -> int:
+    """Rows per block so that a block of batches (times ``factor``) stays near ``BLOCK_BYTES``;
+    ``keys`` names what a row holds (default: every field and ``next_states``)."""
     specs = {name: FieldSpec(name, tuple(shape), np.dtype(dtype))
              for name, (shape, dtype) in require_fields(buf).items()}
-    row = sum(spec.row_bytes for spec in specs.values()) + specs["states"].row_bytes  # + next_states
+    specs["next_states"] = specs["states"]
+    row = sum(spec.row_bytes for name, spec in specs.items() if keys is None or name in keys)
     return max(1, BLOCK_BYTES // max(1, row * factor))
 
 

@@ -29,7 +29,7 @@ import numpy as np
 from .errors import InvalidArgumentError, StoreIOError
 from .schema import check_count
 
-__all__ = ["RowReader", "page_cached"]
+__all__ = ["RowReader", "page_cached", "read_span", "will_need"]
 
 PAGE = mmap.PAGESIZE
 _NOWAIT = getattr(os, "RWF_NOWAIT", None)
@@ -177,6 +177,19 @@ def page_cached(fd: int, position: int) -> bool | None:
     except OSError:  # EOPNOTSUPP and the like: this file cannot be probed
         return None
 
+
+
+def read_span(fd: int, position: int, view: memoryview) -> None:
+    """Fill ``view`` with the bytes of ``fd`` from ``position`` on: one ``preadv`` for a
+    whole run of neighbouring rows (a chronological scan), short reads finished."""
+    _work([(fd, int(position), view, 0, len(view), 0)])
+
+
+def will_need(fd: int, position: int, length: int) -> None:
+    """Ask the kernel to start reading ``length`` bytes from ``position`` now and return
+    (``POSIX_FADV_WILLNEED``): the read-ahead of a scan, on descriptors advised random."""
+    if length > 0:
+        os.posix_fadvise(fd, int(position), int(length), os.POSIX_FADV_WILLNEED)
 
 
 def _job_position(job):

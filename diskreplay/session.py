@@ -168,6 +168,17 @@ class Session:
     def _gather(self, idxs: np.ndarray, head: int) -> dict:
         return self.gatherer.gather(idxs, head, self.current_ns())
 
+    def get_fields(self, idxs, names: tuple) -> dict:
+        """Only the keys ``names`` (fields, ``next_states`` if wanted) of the rows at ``idxs``,
+        from one snapshot: chronological scans read no next states they do not use."""
+        with self.mutex:
+            self._enter_read()
+            self.refresh()
+            idxs = self._checked_idxs(idxs)
+            if self.fields is None:
+                return {}
+            return self._read(lambda gather, head: (gather(idxs, names), idxs))
+
     def _gather_nstep(self, idxs: np.ndarray, n_step: int, gamma: float) -> dict:
         """n-step rows for ``idxs`` (``nstep.py``), every row and successor read from one snapshot."""
         def read(gather, head):

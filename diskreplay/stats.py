@@ -18,18 +18,31 @@ from typing import Callable
 import numpy as np
 
 from .store import DiskReplay
-from .episodes import episode_ends
-from .views import ChronoReader, block_rows
+from .chrono import require_fields
+from .episodes import TRUNCATION_FIELD, episode_ends
+from .views import ChronoReader, block_rows, snapshot
 
 BINS = 50
+
+
+SMALL_INT_BYTES = 2  # integer and bool data of at most this many bytes an element: exact sums
+TALLY_CHUNK = 1 << 20  # elements counted per bincount call (its intp copy: 8 MiB)
 
 
 class RunningStats:
     """min, max, mean, std (population) over all elements, merged block by block (Chan et al.).
 
-    NaN and infinities of float data are counted in ``nonfinite`` and left out of the rest."""
+    NaN and infinities of float data are counted in ``nonfinite`` and left out of the rest.
+    Integer and bool elements of one or two bytes (frames, flags) are summed exactly as
+    integers (count, sum, sum of squares) instead of converted to float64, several times
+    faster; with ``tally=True`` they are also counted per value (``values()``), which lets
+    a histogram of them be drawn without reading them again (about twice the cost)."""
 
-    def __init__(self):
+    def __init__(self, tally: bool = False):
+        self.want_tally = tally
+        self.tally: np.ndarray | None = None  # counts per value, indexed by the raw bits
+        self.tally_dtype: np.dtype | None = None
+        self.ints = [0, 0, 0, None, None]  # exact count, sum, sum of squares, min, max of small ints
         self.count = 0
         self.mean = 0.0
         self.m2 = 0.0
@@ -45,6 +58,9 @@ class RunningStats:
     def merge(self, x: np.ndarray) -> None:
         """Fold the elements of ``x`` in (what ``update`` does, without its error state)."""
         if x.size == 0:
+            return
+        if x.dtype.kind in "biu" and x.dtype.itemsize <= SMALL_INT_BYTES:
+            self.add_small_ints(x)
             return
         if x.dtype.kind == "f":
             self.is_float = True
@@ -66,9 +82,71 @@ class RunningStats:
         self.min = min(self.min, float(x.min()))
         self.max = max(self.max, float(x.max()))
 
+    def add_small_ints(self, x: np.ndarray) -> None:
+        """Exact integer sums of one- and two-byte integers and bools (or their tally)."""
+        flat = np.ascontiguousarray(x).reshape(-1)
+        if self.want_tally:
+            if self.tally is None:
+                self.tally, self.tally_dtype = np.zeros(1 << (8 * x.dtype.itemsize), np.int64), x.dtype
+            raw = flat.view(np.uint8 if x.dtype.itemsize == 1 else np.uint16)
+            for lo in range(0, raw.size, TALLY_CHUNK):  # bincount copies its input as intp: 8x
+                self.tally += np.bincount(raw[lo:lo + TALLY_CHUNK], minlength=len(self.tally))
+            return
+        if flat.dtype.kind == "b":
+            flat = flat.view(np.uint8)
+        lo, hi = int(flat.min()), int(flat.max())
+        total = int(flat.sum(dtype=np.int64))
+        squares = int(np.einsum("i,i->", flat, flat, dtype=np.int64, casting="unsafe"))
+        ints = self.ints
+        ints[0] += flat.size
+        ints[1] += total
+        ints[2] += squares
+        ints[3] = lo if ints[3] is None else min(ints[3], lo)
+        ints[4] = hi if ints[4] is None else max(ints[4], hi)
+
+    def values(self) -> tuple[np.ndarray, np.ndarray] | None:
+        """``(values, counts)`` of the tallied elements (values that occur, ascending), or None."""
+        if self.tally is None:
+            return None
+        bits = np.flatnonzero(self.tally)
+        raw = bits.astype(np.uint8 if self.tally_dtype.itemsize == 1 else np.uint16)
+        values = raw.view(self.tally_dtype).astype(np.float64)
+        order = np.argsort(values, kind="stable")
+        return values[order], self.tally[bits][order]
+
+    def merged(self) -> "RunningStats":
+        """These stats with the exact integer sums (and the tally) folded into the moments."""
+        n, total, squares, lo, hi = self.ints
+        held = self.values()
+        if held is not None:
+            values, counts = held
+            ivalues = values.astype(np.int64)
+            n += int(counts.sum())
+            total += int((ivalues * counts).sum())
+            squares += sum(int(v) * int(v) * int(c) for v, c in zip(ivalues.tolist(), counts.tolist()))
+            if len(values):
+                lo = int(ivalues[0]) if lo is None else min(lo, int(ivalues[0]))
+                hi = int(ivalues[-1]) if hi is None else max(hi, int(ivalues[-1]))
+        out = RunningStats()
+        if n:
+            out.count, out.mean = n, total / n  # Python ints: correctly rounded
+            out.m2 = (squares * n - total * total) / n
+            out.min, out.max = float(lo), float(hi)
+        if self.count:
+            count = out.count + self.count
+            delta = self.mean - out.mean
+            out.m2 += self.m2 + delta * delta * out.count * self.count / count
+            out.mean += delta * self.count / count
+            out.count = count
+            out.min, out.max = min(out.min, self.min), max(out.max, self.max)
+        out.nonfinite = self.nonfinite
+        return out
+
     def as_dict(self) -> dict:
         """``count, min, max, mean, std`` of the finite elements (None while there are none) and
         ``nonfinite``, the NaN and infinite elements left out (always 0 for integer data)."""
+        if self.tally is not None or self.ints[0]:
+            return self.merged().as_dict()
         if self.count == 0:
             out = {"count": 0, "min": None, "max": None, "mean": None, "std": None}
         else:
@@ -135,7 +213,8 @@ class Episodes:
 
 
 def compute_stats(buf: DiskReplay, progress: Callable[[int, int], None] | None = None, *,
-                  keep_returns: bool = False, start: int | None = None, stop: int | None = None) -> dict:
+                  keep_returns: bool = False, start: int | None = None, stop: int | None = None,
+                  keep_tallies: bool = False) -> dict:
     """Per-field statistics and episode returns over the chronological positions
     ``[start, stop)`` (default: the whole store; as Python slices), in one pass.
 
@@ -144,12 +223,17 @@ def compute_stats(buf: DiskReplay, progress: Callable[[int, int], None] | None =
     ``keep_returns``, ``episodes`` also has ``"returns"``: ``(end transition, env, return)``
     of every complete episode, oldest first. Rows a live writer overwrote before they were
     read are left out (``skipped_overwritten``), and an episode they cut is not complete.
-    ``progress(done_rows, total_rows)`` is called after each block.
+    ``progress(done_rows, total_rows)`` is called after each block. With ``keep_tallies``,
+    ``"tallies"`` holds ``{field: (values, counts)}`` of the tallied fields (one- and two-byte
+    integers and bools, :class:`RunningStats`), for :func:`histograms` to bin without a
+    second read. Next states are never read: they would double the bytes of a scan and
+    add nothing to these numbers.
     """
     fields = buf.fields or {}
     # A store whose fields the first add has not declared yet is as empty as a declared one.
-    reader = ChronoReader(buf, start, stop, rows=block_rows(buf, 8) if fields else 1, progress=progress)
-    stats = {name: RunningStats() for name in fields}
+    reader = ChronoReader(buf, start, stop, rows=block_rows(buf, 2, keys=list(fields)) if fields else 1,
+                          progress=progress, fields=list(fields) or None)
+    stats = {name: RunningStats(tally=keep_tallies) for name in fields}
     episodes = Episodes(buf.num_envs, starts_complete=False)
     done_count = 0
     first = True
@@ -178,29 +262,100 @@ def compute_stats(buf: DiskReplay, progress: Callable[[int, int], None] | None =
     }
     if keep_returns:
         out["episodes"]["returns"] = list(episodes.returns)
+    if keep_tallies:
+        out["tallies"] = {name: s.values() for name, s in stats.items() if s.tally is not None}
     return out
 
 
+class RecentReturns:
+    """The returns of the episodes that ended lately, followed poll by poll beside a live
+    writer (``diskreplay watch``).
+
+    Each :meth:`poll` reads only the rewards and episode ends (``dones``, ``truncateds``)
+    of the transitions added since the previous one, at most the newest ``window`` (the
+    first poll reads the newest ``window``), so following a store costs little whatever
+    its size. An episode counts once its start was read as well; rows the writer overtook,
+    or added beyond ``window`` between two polls, cut the episodes running through them."""
+
+    def __init__(self, buf: DiskReplay, keep: int = 100, window: int = 100_000):
+        self.buf = buf
+        self.keep = keep
+        self.window = window
+        self.episodes = Episodes(buf.num_envs, starts_complete=False)
+        self.read_up_to = 0  # the newest transition read so far
+        self.ended = 0  # episodes that ended (complete ones) since the first poll
+        self.rows_read = 0
+
+    def poll(self) -> list[tuple[int, int, float]]:
+        """Read what was added since the last poll; returns the ``(end transition, env,
+        return)`` of the episodes that ended in it, oldest first."""
+        fields = self.buf.fields
+        snap = snapshot(self.buf)
+        new = min(snap.seen - self.read_up_to, snap.size, self.window)
+        if not fields or new <= 0:
+            self.read_up_to = max(self.read_up_to, snap.seen)
+            return []
+        if self.read_up_to == 0 and snap.first == 1:
+            self.episodes.started[:] = new == snap.size  # every env's first transition is read
+        keys = ["rewards", "dones"] + ([TRUNCATION_FIELD] if TRUNCATION_FIELD in fields else [])
+        before = len(self.episodes.returns)
+        reader = ChronoReader(self.buf, snap.size - new, snap.size, snap=snap, fields=keys)
+        for block in reader:
+            self.episodes.update(block.transitions, reader.snap.env(block.positions), block.batch["rewards"],
+                                 episode_ends(block.batch))
+        self.read_up_to = reader.snap.first + reader.stop - 1
+        self.rows_read += reader.stop - reader.start - reader.skipped
+        found = self.episodes.returns[before:]
+        self.ended += len(found)
+        del self.episodes.returns[:-self.keep or len(self.episodes.returns)]
+        return found
+
+    @property
+    def returns(self) -> list[tuple[int, int, float]]:
+        """``(end transition, env, return)`` of the last ``keep`` episodes that ended."""
+        return list(self.episodes.returns)
+
+    def summary(self) -> dict:
+        """``count``, ``finite``, ``mean``, ``min``, ``max`` (over the finite ones; None when
+        none) and ``last`` of the last ``keep`` returns; ``ended``, the episodes that ended in
+        the ``rows_read`` rows read since the first poll."""
+        rets = [r for _, _, r in self.episodes.returns]
+        finite = [r for r in rets if math.isfinite(r)]
+        return {"count": len(rets), "finite": len(finite), "ended": self.ended, "rows_read": self.rows_read,
+                "mean": math.fsum(finite) / len(finite) if finite else None,
+                "min": min(finite) if finite else None, "max": max(finite) if finite else None,
+                "last": rets[-1] if rets else None}
+
+
 def histograms(buf: DiskReplay, ranges: dict, bins: int = BINS, *, start: int | None = None,
-               stop: int | None = None) -> dict:
+               stop: int | None = None, tallies: dict | None = None) -> dict:
     """``{field: (counts, edges)}`` over all finite elements of the positions ``[start, stop)``
     in ``ranges``' fields, from each field's ``(lo, hi)`` (e.g. ``min`` and ``max`` of
     :func:`compute_stats`); fields whose ``lo`` is None are left out.
 
     Float fields get ``bins`` equal bins; integer and bool fields get bins of a whole
     number of values centred on the integers (one bin per value when the range has at most
-    ``bins`` values), so no bin catches one more value than its neighbour."""
-    rows = block_rows(buf, 8)  # EmptyStoreError while no fields are declared
-    fields = buf.fields
+    ``bins`` values), so no bin catches one more value than its neighbour. Fields with
+    ``tallies`` (``compute_stats(keep_tallies=True)``) are binned from them, unread; the
+    others are read in one pass."""
+    tallies = tallies or {}
+    fields = require_fields(buf)
     hists = {}
     for name, (lo, hi) in ranges.items():
         if lo is None:
             continue
         hists[name] = (None, bin_edges(lo, hi, np.dtype(fields[name][1]).kind in "iub", bins))
     hists = {name: (np.zeros(len(edges) - 1, np.int64), edges) for name, (_, edges) in hists.items()}
+    for name, (values, counts) in tallies.items():
+        if name in hists:
+            hists[name][0][:] = np.histogram(values, bins=hists[name][1], weights=counts)[0]
+    to_read = [name for name in hists if name not in tallies]
+    if not to_read:
+        return hists
     with np.errstate(all="ignore"):
-        for block in ChronoReader(buf, start, stop, rows=rows):
-            for name, (counts, edges) in hists.items():
+        for block in ChronoReader(buf, start, stop, rows=block_rows(buf, 4, keys=to_read), fields=to_read):
+            for name in to_read:
+                counts, edges = hists[name]
                 x = np.asarray(block.batch[name], np.float64).reshape(-1)
                 counts += np.histogram(x[np.isfinite(x)], bins=edges)[0]
     return hists
@@ -219,4 +374,4 @@ def bin_edges(lo: float, hi: float, integer: bool, bins: int = BINS) -> np.ndarr
     return lo - 0.5 + width * np.arange(n + 1, dtype=np.float64)
 
 
-__all__ = ["Episodes", "RunningStats", "bin_edges", "compute_stats", "histograms"]
+__all__ = ["Episodes", "RecentReturns", "RunningStats", "bin_edges", "compute_stats", "histograms"]

@@ -225,13 +225,27 @@ class DiskReplay:
         self.batch_idxs, batch = self._session.sample(batch_size, self.use_cer, n_step, gamma)
         return batch
 
-    def get(self, idxs, *, n_step: int = 1, gamma: float = 0.99) -> dict:
+    def get(self, idxs, *, n_step: int = 1, gamma: float = 0.99, fields=None) -> dict:
         """The transitions at the given slot indices, as ``sample`` returns them (n-step
-        rows when ``n_step > 1``, as ``sample`` describes)."""
+        rows when ``n_step > 1``, as ``sample`` describes). ``fields`` (names of fields,
+        ``"next_states"`` among them if wanted) reads only those keys, for plain rows:
+        a scan that does not use next states does not read them."""
         self._check_open()
+        if fields is not None:
+            return self._session.get_fields(idxs, self._checked_keys(fields, n_step))
         if n_step.__class__ is not int or gamma.__class__ is not float or n_step != 1 or gamma != 0.99:
             n_step, gamma = check_n_step(n_step, gamma, self.max_size, self.num_envs)
         return self._session.get(idxs, n_step, gamma)
+
+    def _checked_keys(self, fields, n_step) -> tuple:
+        if n_step != 1:
+            raise InvalidArgumentError("fields= reads plain rows; it does not combine with n_step")
+        names = (fields,) if isinstance(fields, str) else tuple(fields)
+        known = list(self._session.fields or {}) + ["next_states"]
+        unknown = [name for name in names if not isinstance(name, str) or name not in known]
+        if unknown or not names:
+            raise InvalidArgumentError(f"fields must name some of {', '.join(known)}; got {list(names)!r}")
+        return tuple(dict.fromkeys(names))
 
     def batches(self, batch_size: int | None = None, *, prefetch: int = 2, count: int | None = None,
                 n_step: int = 1, gamma: float = 0.99):

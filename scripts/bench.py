@@ -5,6 +5,8 @@
     .venv/bin/python scripts/bench.py --workloads W1,W2 --repeats 5
     .venv/bin/python scripts/bench.py --scaling --json s.json --plot s.png  # costs against store size
                                                                           # (scripts/bench_scaling.py)
+    .venv/bin/python scripts/bench.py --cli-stream --slots 100000 --json c.json  # stats, plot and
+                                        # export streaming a cold store (scripts/bench_stream.py)
 
 Workloads (docs/benchmarks.md, "Workloads"): W1 cartpole single adds, then sampling at
 b=32/256; W2 16-env adds;
@@ -882,6 +884,27 @@ def main_scaling(args, argv):
                        "wall_s": time.perf_counter() - started}, f, indent=1)
 
 
+def main_stream(args, argv):
+    import bench_stream
+
+    if args.workdir:
+        os.makedirs(args.workdir, exist_ok=True)
+    workdir = tempfile.mkdtemp(prefix="diskreplay-stream-", dir=args.workdir)
+    started, code = time.perf_counter(), git_state()
+    slots = args.slots or (2_000 if args.quick else 100_000)
+    try:
+        results = bench_stream.run(workdir, slots, args.backend, log=lambda m: print(m, file=sys.stderr))
+        facts = machine_facts(workdir)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    print(bench_stream.table(results))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"machine": facts, "code": code, "command": " ".join(["scripts/bench.py"] + (argv or sys.argv[1:])),
+                       "quick": args.quick, "cli_stream": results, "wall_s": time.perf_counter() - started}, f,
+                      indent=1)
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description="diskreplay benchmarks (see the module docstring)")
     parser.add_argument("--quick", action="store_true", help="tiny sizes, seconds (the test suite runs this)")
@@ -895,7 +918,13 @@ def main(argv=None):
                         help="costs against the store size instead (scripts/bench_scaling.py)")
     parser.add_argument("--shapes", default="W1,W3", help="with --scaling: W1, W3 or both")
     parser.add_argument("--plot", metavar="PNG", help="with --scaling: also draw the curves (matplotlib)")
+    parser.add_argument("--cli-stream", action="store_true",
+                        help="stats, plot and export of a cold W3-shaped store instead (scripts/bench_stream.py)")
+    parser.add_argument("--slots", type=int, help="with --cli-stream: the store's slots (default 100000)")
+    parser.add_argument("--backend", default="memmap", help="with --cli-stream: the store's backend")
     args = parser.parse_args(argv)
+    if args.cli_stream:
+        return main_stream(args, argv)
     if args.worker:
         print(json.dumps(run_worker(args.worker[0], args.worker[1], json.loads(args.spec), args.workdir)))
         return

@@ -25,7 +25,7 @@ from diskreplay.cli.main import main
 from diskreplay.backends import BACKENDS
 from readme_store import DONES, FIELDS, MAX_SIZE, NUM_ENVS, STEPS, make_store
 
-COMMANDS = ["info", "show", "stats", "episodes", "sample", "verify", "export", "plot", "convert"]
+COMMANDS = ["info", "show", "stats", "episodes", "sample", "verify", "export", "plot", "watch", "convert"]
 ENTRY = Path(sys.executable).with_name("diskreplay")
 
 
@@ -416,6 +416,7 @@ def test_commands_never_change_the_store(store, run, tmp_path):
 
     before = digest()
     for args in (["info"], ["show"], ["stats"], ["sample"], ["verify"], ["export", tmp_path / "e.h5"],
+                 ["plot", tmp_path / "p.png"], ["watch", "-n", 2, "--interval", 0.1],
                  ["convert", tmp_path / "c.replay", "--backend", "memmap"]):
         assert run(args[0], store, *args[1:]).code == 0
     assert digest() == before
@@ -476,6 +477,12 @@ def test_info_and_show_beside_a_live_writer(tmp_path, run, backend):
             actions = f["actions"][:]
             assert (f["states"][:, 0] == actions).all() and (np.diff(actions) > 0).all()
             assert (f["next_states"][:, 0] == actions + 1).all()
+        out = path.parent / "live.npz"  # members written in place; moved over the rows overtaken
+        assert run("export", path, out).code == 0
+        with np.load(out) as npz:
+            actions = npz["actions"]
+            assert (npz["states"][:, 0] == actions).all() and (np.diff(actions) > 0).all()
+            assert (npz["next_states"][:, 0] == actions + 1).all() and len(npz["slots"]) == len(actions)
         assert run("plot", path, path.parent / "live.png").code == 0
         assert run("verify", path).code == 0
     finally:

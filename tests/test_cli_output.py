@@ -111,3 +111,60 @@ def test_errors_speak_in_flags(tmp_path, wide):
     assert r.exit_code == 1 and "--overwrite" in r.stderr and "overwrite=True" not in r.stderr
     r = invoke("sample", wide, "-n", 10 ** 20)
     assert r.exit_code == 2 and "batch_size" not in r.stderr
+
+
+@pytest.mark.parametrize("args", [["export", "{store}", "/proc/nowhere/x.npz"], ["export", "{store}", "/proc/x.npz"],
+                                  ["export", "{store}", "/proc/x.h5"], ["plot", "{store}", "/proc/x.png"],
+                                  ["convert", "{store}", "/proc/x.replay", "--backend", "hdf5"]])
+def test_os_errors_name_the_users_path_and_the_reason(tmp_path, wide, args):
+    """Writing where nothing can be written: the path given, the system's reason; never the
+    temporary file beside it, an errno number, h5py's call or a traceback."""
+    args = [a.format(store=wide) for a in args]
+    p = subprocess.run([str(ENTRY), *args], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 1, p.stderr
+    line = p.stderr.strip()
+    assert line.startswith("Error: ") and "\n" not in line, p.stderr
+    out = args[2]
+    assert out in line and (line.endswith("No such file or directory") or "does not exist" in line), line
+    for leak in (".tmp-", "[Errno", "errno =", "Unable to", "Traceback"):
+        assert leak not in line, line
+
+
+def test_damaged_hdf5_files_are_named_without_hdf5_internals(tmp_path):
+    path = tmp_path / "h.replay"
+    with DiskReplay.create(path, 10, backend="hdf5") as buf:
+        buf.add(np.zeros(2, np.float32), 0, 1.0, np.zeros(2, np.float32), False)
+    with open(path / "data.h5", "r+b") as f:
+        f.write(b"garbage!")  # the HDF5 signature is gone
+    for command in ("stats", "info", "verify"):
+        p = subprocess.run([str(ENTRY), command, str(path)], capture_output=True, text=True, timeout=120)
+        assert p.returncode == 1
+        text = p.stdout + p.stderr
+        assert "data.h5 is not a readable HDF5 file (file signature not found)" in text, text
+        assert "Unable to" not in text and "Traceback" not in text
+
+
+def test_os_error_message_unit():
+    from diskreplay import StoreIOError
+    from diskreplay.cli.output import os_error_message, user_path
+
+    assert user_path("/a/b/out.npz.tmp-123.parts") == "/a/b/out.npz" and user_path("/a/.ds-v0.tmp-9") == "/a/ds-v0"
+    assert user_path("/a/b/out.npz") == "/a/b/out.npz"
+    assert os_error_message(PermissionError(13, "Permission denied", "/x/o.h5.tmp-7")) == "/x/o.h5: Permission denied"
+    h5 = OSError("Unable to synchronously create file (unable to open file: name = '/x/o.h5.tmp-7', errno = 28, "
+                 "error message = 'No space left on device', flags = 13, o_flags = 242)")
+    assert os_error_message(h5) == "/x/o.h5: No space left on device"
+    assert os_error_message(OSError("Unable to synchronously open file (truncated file)")) == "truncated file"
+    assert os_error_message(StoreIOError(5, "reading the row at byte 0 of fd 3: Input/output error")) == \
+        "reading the row at byte 0 of fd 3: Input/output error"
+
+
+def test_out_of_memory_is_an_error_line(wide, monkeypatch):
+    import diskreplay.cli.main as cli_main
+
+    def exhausted(*args, **kwargs):
+        raise MemoryError()
+
+    monkeypatch.setattr(cli_main, "compute_stats", exhausted)
+    r = invoke("stats", wide)
+    assert r.exit_code == 1 and r.stderr.startswith("Error: out of memory in stats") and "--last" in r.stderr

@@ -69,6 +69,22 @@ def test_export_to_hdf5_records_where_the_rows_came_from(wrapped, tmp_path, back
         assert f["slots"][:].tolist() == [2, 3, 4]
         assert dict(f.attrs) == {"source": "w.replay", "backend": backend, "max_size": MAX_SIZE,
                                  "num_envs": NUM_ENVS, "seen_size": 16, "first_transition": 13}
+        for name, dset in f.items():  # chunks of whole rows: frames are never cut across columns
+            assert dset.chunks == (3,) + dset.shape[1:], name
+
+
+def test_hdf5_export_chunks_frames_by_whole_rows(tmp_path):
+    fields = {"states": ((4, 84, 84), "uint8"), "actions": ((), "int64"), "rewards": ((), "float32"),
+              "dones": ((), "bool")}
+    with DiskReplay.create(tmp_path / "f.replay", 100, fields=fields) as buf:
+        for t in range(100):
+            frame = np.full((4, 84, 84), t, np.uint8)
+            buf.add(frame, t, 1.0, frame + 1, False)
+        export_store(buf, tmp_path / "f.h5")
+    with h5py.File(tmp_path / "f.h5", "r") as f:
+        assert f["states"].chunks == (37, 4, 84, 84)  # 1 MiB // 28 KiB rows
+        assert f["actions"].chunks == (100,) and f["next_states"].chunks == (37, 4, 84, 84)
+        assert (f["next_states"][:, 0, 0, 0] == np.arange(1, 101)).all()
 
 
 def test_export_of_a_range_and_of_nothing(wrapped, tmp_path):

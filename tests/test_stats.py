@@ -188,3 +188,68 @@ def test_truncations_end_episodes_in_stats(tmp_path, backend):
     # steps 0-1 end at the truncation (transition 2), steps 2-3 at the termination
     assert d["episodes"]["returns"] == [(2, 0, 2.0), (4, 0, 2.0)]
     assert d["episodes"]["dones_per_env"] == [2]
+
+
+@pytest.mark.parametrize("tally", [False, True])
+@pytest.mark.parametrize("dtype", ["uint8", "int8", "bool", "int16", "uint16"])
+def test_small_integer_stats_are_exact(dtype, tally, monkeypatch):
+    """One- and two-byte integers and bools are summed as integers (or tallied, a count per
+    value, a chunk of elements at a time), exactly."""
+    import diskreplay.stats
+
+    monkeypatch.setattr(diskreplay.stats, "TALLY_CHUNK", 7)
+    rng = np.random.default_rng(1)
+    info = np.iinfo(dtype) if dtype != "bool" else None
+    lo, hi = (0, 2) if info is None else (info.min, info.max + 1)
+    blocks = [rng.integers(lo, hi, size=(n, 3, 2)).astype(dtype) for n in (5, 0, 40, 1)]
+    s = RunningStats(tally=tally)
+    for b in blocks:
+        s.update(b[:, ::2] if b.size else b)  # a strided view too
+    x = np.concatenate([(b[:, ::2] if b.size else b).reshape(-1) for b in blocks]).astype(np.float64)
+    d = s.as_dict()
+    assert (s.tally is not None) == tally and d["count"] == x.size and d["nonfinite"] == 0
+    assert (d["min"], d["max"]) == (x.min(), x.max())
+    assert d["mean"] == pytest.approx(x.mean(), rel=1e-12) and d["std"] == pytest.approx(x.std(), rel=1e-9)
+    if tally:
+        values, counts = s.values()
+        assert values.tolist() == sorted(set(x.tolist())) and counts.sum() == x.size
+    s.update(np.array([0.5, np.nan]))  # floats after small ints: merged
+    both = np.concatenate([x, [0.5]])
+    d = s.as_dict()
+    assert (d["count"], d["nonfinite"]) == (both.size, 1) and d["mean"] == pytest.approx(both.mean(), rel=1e-12)
+    assert d["std"] == pytest.approx(both.std(), rel=1e-9)
+
+
+def test_frames_are_tallied_and_binned_without_a_second_read(tmp_path, backend, monkeypatch):
+    fields = {"states": ((3, 4), "uint8"), "actions": ((), "int16"), "rewards": ((), "float32"),
+              "dones": ((), "bool")}
+    rng = np.random.default_rng(2)
+    with DiskReplay.create(tmp_path / "f.replay", 300, num_envs=2, backend=backend, fields=fields) as buf:
+        for _ in range(200):  # the ring wraps: chronological blocks span two runs of slots
+            s = rng.integers(0, 256, (2, 3, 4)).astype(np.uint8)
+            buf.add(s, rng.integers(-5, 5, 2).astype(np.int16), rng.normal(size=2).astype(np.float32), s,
+                    rng.random(2) < 0.05)
+    reads = []
+    real_get = DiskReplay.get
+
+    def spy(self, idxs, **kw):
+        reads.append(kw.get("fields"))
+        return real_get(self, idxs, **kw)
+
+    with DiskReplay.open(tmp_path / "f.replay", mode="r") as buf:
+        everything = real_get(buf, np.arange(300))
+        monkeypatch.setattr(DiskReplay, "get", spy)
+        stats = compute_stats(buf, keep_tallies=True)
+        assert reads and all(f is not None and "next_states" not in f for f in reads)  # never next states
+        assert set(stats["tallies"]) == {"states", "actions", "dones"}
+        ranges = {name: (s["min"], s["max"]) for name, s in stats["fields"].items()}
+        reads.clear()
+        hists = histograms(buf, ranges, tallies=stats["tallies"])
+        assert reads and all(list(f) == ["rewards"] for f in reads)  # only the float field is read again
+        unread = histograms(buf, ranges)
+    for name in ranges:
+        assert hists[name][0].tolist() == unread[name][0].tolist()
+    states = everything["states"].astype(np.float64)
+    assert stats["fields"]["states"]["mean"] == pytest.approx(states.mean(), rel=1e-12)
+    assert stats["fields"]["states"]["std"] == pytest.approx(states.std(), rel=1e-9)
+    assert stats["fields"]["actions"]["min"] == everything["actions"].min()

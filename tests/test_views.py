@@ -234,3 +234,42 @@ def test_library_views_read_no_private_attributes(name):
     private = {node.attr for node in ast.walk(tree)
                if isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__")}
     assert not private, f"diskreplay/{name}.py reads {sorted(private)}"
+
+
+def test_get_fields_reads_only_the_keys_named(tmp_path, backend):
+    """``get(idxs, fields=...)``, chronological runs of slots and random ones: the same rows
+    as a full ``get``; next states only when named."""
+    from diskreplay.gather import RUN_ROWS, slot_runs
+
+    fields = {"states": ((2, 3), "float32"), "actions": ((), "int64"), "rewards": ((), "float32"),
+              "dones": ((), "bool"), "truncateds": ((), "bool")}
+    rng = np.random.default_rng(0)
+    path = tmp_path / "g.replay"
+    with DiskReplay.create(path, 500, num_envs=4, backend=backend, fields=fields) as buf:
+        for _ in range(160):  # 640 transitions: the ring wrapped, head in the middle
+            s = rng.normal(size=(4, 2, 3)).astype(np.float32)
+            buf.add(s, rng.integers(0, 9, 4), rng.normal(size=4).astype(np.float32), s + 1, rng.random(4) < 0.1,
+                    truncateds=rng.random(4) < 0.1)
+        head = buf.head
+    chrono = (head + 1 + np.arange(500)) % 500  # oldest first: two runs
+    assert slot_runs(chrono) == [(0, head + 1, 499 - head), (499 - head, 0, head + 1)]
+    assert slot_runs(rng.permutation(500)) is None and slot_runs(np.arange(RUN_ROWS - 1)) is None
+    with DiskReplay.open(path, mode="r") as buf:
+        for idxs in (chrono, chrono[:300], rng.permutation(500)[:100], np.arange(0, 0)):
+            full = buf.get(idxs)
+            some = buf.get(idxs, fields=["rewards", "states"])
+            assert list(some) == ["rewards", "states"]
+            for key in some:
+                np.testing.assert_array_equal(some[key], full[key])
+            with_ns = buf.get(idxs, fields=("next_states", "truncateds"))
+            np.testing.assert_array_equal(with_ns["next_states"], full["next_states"])
+            np.testing.assert_array_equal(with_ns["truncateds"], full["truncateds"])
+            if len(idxs) == 500:  # the plain get read by runs too, in the usual key order
+                assert list(full) == ["states", "actions", "rewards", "next_states", "dones", "truncateds"]
+                np.testing.assert_array_equal(full["states"], buf.get(idxs[::-1])["states"][::-1])
+                np.testing.assert_array_equal(full["next_states"], buf.get(idxs[::-1])["next_states"][::-1])
+        for bad in (["nope"], [], [3], "nope"):
+            with pytest.raises(InvalidArgumentError, match="fields must name"):
+                buf.get([0], fields=bad)
+        with pytest.raises(InvalidArgumentError, match="n_step"):
+            buf.get([0], fields=["rewards"], n_step=2)

@@ -1,0 +1,146 @@
+"""How fast the commands that scan a whole store stream it (issue 20 item 2):
+`scripts/bench.py --cli-stream`.
+
+A W3-shaped store ((4, 84, 84) uint8 frames, 8 envs, the memmap backend unless
+``--backend``) is built once and flushed; then each command runs as a user runs it
+(``diskreplay stats``, ``plot``, ``export`` to .npz, .h5 and d4rl), each in its own
+process, on a cold cache: before every run each store file is dropped from the page cache
+(``posix_fadvise(POSIX_FADV_DONTNEED)`` after ``os.sync()``; nothing else on the machine is
+evicted). Measured per command:
+
+  * wall time, and the store's data bytes over it, as a fraction of the disk's sequential
+    read rate measured in the same run (``dd`` of the frames file, cold, 16 MiB blocks);
+  * the command's anonymous memory: the maximum of ``RssAnon`` in ``/proc/PID/status``
+    sampled every 20 ms (RSS also counts the store's page-cache pages it maps).
+
+Goals (the issue): at least 0.5x the sequential read rate, RssAnon under 200 MB. An
+export writes about twice what it reads (next states are part of the npz and HDF5
+outputs), so its rate is bounded by the disk's writes as well.
+
+    .venv/bin/python scripts/bench.py --cli-stream --slots 100000 --json stream.json
+"""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+from diskreplay import DiskReplay
+
+FRAME = (4, 84, 84)
+NUM_ENVS = 8
+RSS_GOAL_MB, RATE_GOAL = 200, 0.5
+COMMANDS = {  # name: arguments after the store's path ({out} is a file in the work directory)
+    "stats": ["stats"],
+    "plot": ["plot", "{out}.png"],
+    "export-npz": ["export", "{out}.npz"],
+    "export-h5": ["export", "{out}.h5"],
+    "export-d4rl": ["export", "{out}.h5", "--format", "d4rl"],
+}
+
+
+def build(path: str, slots: int, backend: str, log) -> int:
+    """A W3-shaped store of ``slots`` rows, the ring just full; returns its data bytes."""
+    rng = np.random.default_rng(0)
+    steps = slots // NUM_ENVS
+    fields = {"states": (FRAME, "uint8"), "actions": ((), "int64"), "rewards": ((), "float32"),
+              "dones": ((), "bool")}
+    frames = rng.integers(0, 256, (64, NUM_ENVS) + FRAME, dtype=np.uint8)
+    t0 = time.perf_counter()
+    with DiskReplay.create(path, slots, num_envs=NUM_ENVS, backend=backend, fields=fields, overwrite=True) as buf:
+        for step in range(steps):
+            s = frames[step % 64]
+            buf.add(s, rng.integers(0, 6, NUM_ENVS), rng.normal(size=NUM_ENVS).astype(np.float32),
+                    frames[(step + 1) % 64], rng.random(NUM_ENVS) < 0.01)
+    log(f"built {path}: {slots} slots in {time.perf_counter() - t0:.0f} s")
+    return sum(os.path.getsize(f) for f in store_files(path) if f.endswith((".npy", ".h5")))
+
+
+def store_files(path: str) -> list[str]:
+    return sorted(os.path.join(d, n) for d, _, names in os.walk(path) for n in names)
+
+
+def drop_cache(paths) -> None:
+    os.sync()
+    for path in paths:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+
+
+def sequential_read(path: str) -> float:
+    """Bytes per second of ``dd`` reading ``path`` cold."""
+    drop_cache([path])
+    t0 = time.perf_counter()
+    subprocess.run(["dd", f"if={path}", "of=/dev/null", "bs=16M"], check=True, capture_output=True)
+    return os.path.getsize(path) / (time.perf_counter() - t0)
+
+
+def rss_anon_kb(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            m = re.search(r"^RssAnon:\s+(\d+) kB", f.read(), re.M)
+    except OSError:
+        return None
+    return int(m.group(1)) if m else None
+
+
+def run_command(args: list[str]) -> tuple[float, int]:
+    """``(seconds, max RssAnon in kB)`` of one command, which must succeed."""
+    exe = os.path.join(os.path.dirname(sys.executable), "diskreplay")
+    t0 = time.perf_counter()
+    proc = subprocess.Popen([exe] + args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    peak = 0
+    while proc.poll() is None:
+        peak = max(peak, rss_anon_kb(proc.pid) or 0)
+        time.sleep(0.02)
+    seconds = time.perf_counter() - t0
+    err = proc.stderr.read().decode()
+    proc.stderr.close()
+    if proc.returncode != 0:
+        raise RuntimeError(f"diskreplay {' '.join(args)} exited {proc.returncode}: {err}")
+    return seconds, peak
+
+
+def run(workdir: str, slots: int, backend: str = "memmap", commands=None, log=print) -> dict:
+    """Build the store in ``workdir``, time every command cold; returns the results."""
+    path = os.path.join(workdir, "W3-stream.replay")
+    data_bytes = build(path, slots, backend, log)
+    frames = max((f for f in store_files(path) if f.endswith((".npy", ".h5"))), key=os.path.getsize)
+    seq = sequential_read(frames)
+    log(f"sequential read (dd, cold): {seq / 1e6:.0f} MB/s")
+    results = {"slots": slots, "backend": backend, "store_bytes": data_bytes, "seq_read_mb_s": seq / 1e6,
+               "commands": {}}
+    for name in commands or COMMANDS:
+        out = os.path.join(workdir, f"out-{name}")
+        args = [a.format(out=out) for a in COMMANDS[name]]
+        drop_cache(store_files(path))
+        seconds, peak_kb = run_command([args[0], path] + args[1:])
+        rate = data_bytes / seconds
+        results["commands"][name] = {"seconds": seconds, "mb_s": rate / 1e6, "x_seq_read": rate / seq,
+                                     "rss_anon_mb": peak_kb / 1024,
+                                     "met": rate / seq >= RATE_GOAL and peak_kb / 1024 < RSS_GOAL_MB}
+        log(f"{name}: {seconds:.1f} s, {rate / 1e6:.0f} MB/s = {rate / seq:.2f}x, RssAnon {peak_kb / 1024:.0f} MB")
+        for leftover in (out + ext for ext in (".png", ".npz", ".h5")):
+            if os.path.exists(leftover):
+                os.unlink(leftover)
+    shutil.rmtree(path, ignore_errors=True)
+    return results
+
+
+def table(results: dict) -> str:
+    lines = [f"W3-shaped store of {results['slots']} slots ({results['store_bytes'] / 1e9:.2f} GB, "
+             f"{results['backend']}), cold cache; sequential read {results['seq_read_mb_s']:.0f} MB/s",
+             "| command | seconds | MB/s | x seq. read | RssAnon MB | goal met |", "|---|---:|---:|---:|---:|---|"]
+    for name, r in results["commands"].items():
+        lines.append(f"| {name} | {r['seconds']:.1f} | {r['mb_s']:.0f} | {r['x_seq_read']:.2f} | "
+                     f"{r['rss_anon_mb']:.0f} | {'yes' if r['met'] else 'NO'} |")
+    lines.append(f"goals: >= {RATE_GOAL}x the sequential read rate and RssAnon < {RSS_GOAL_MB} MB")
+    return "\n".join(lines)
