@@ -24,8 +24,10 @@ CHECKPOINT_FILE = "checkpoint.bin"
 HEADER_BYTES = 4096
 MAGIC = b"DRCKPT01"
 # magic, version, slot, generation, seen, base, draws, resets, reserve_first,
-# reserve_count, flush_time_ns, body_len, body_crc, header_crc
-_HEADER = struct.Struct("<8sII9QII")
+# reserve_count, flush_time_ns, [jumps: version 2 only], body_len, body_crc, header_crc
+_HEADERS = {1: struct.Struct("<8sII9QII"), 2: struct.Struct("<8sII10QII")}
+_HEADER = _HEADERS[2]  # written; version 1 (format 1 stores, no jump count) is still read
+_VERSION = struct.Struct("<I")
 
 
 def _align(n: int, to: int = 4096) -> int:
@@ -43,6 +45,7 @@ class Checkpoint:
     reserve_first: int
     reserve_count: int
     flush_time_ns: int
+    jumps: int = 0  # records of the jump ring (jumps.py) at the flush; 0 in a version 1 header
 
 
 class CheckpointLayout:
@@ -99,19 +102,26 @@ class CheckpointFile:
         raw = os.pread(self.fd, _HEADER.size, self.layout.slot_offset(slot))
         if len(raw) != _HEADER.size:
             return None
+        header = _HEADERS.get(_VERSION.unpack_from(raw, 8)[0])
+        if header is None:
+            return None
+        raw = raw[:header.size]
+        fields = list(header.unpack(raw))
+        if header is _HEADERS[1]:
+            fields.insert(11, 0)
         (magic, version, slot_no, generation, seen, base, draws, resets, first, count,
-         flush_ns, body_len, body_crc, header_crc) = _HEADER.unpack(raw)
-        if magic != MAGIC or version != 1 or slot_no != slot:
+         flush_ns, jumps, body_len, body_crc, header_crc) = fields
+        if magic != MAGIC or slot_no != slot:
             return None
         if zlib.crc32(raw[:-4]) != header_crc or body_len != self.layout.body_bytes:
             return None
         limit = 1 << 62
         if not (0 <= base <= seen < limit and draws < limit and resets < limit and first < limit
-                and count <= self.layout.reserve_rows):
+                and count <= self.layout.reserve_rows and jumps < limit):
             return None
         if self._body_crc(slot) != body_crc:
             return None
-        return Checkpoint(slot, generation, seen, base, draws, resets, first, count, flush_ns)
+        return Checkpoint(slot, generation, seen, base, draws, resets, first, count, flush_ns, jumps)
 
     def _body_crc(self, slot: int) -> int:
         crc = 0
@@ -138,7 +148,7 @@ class CheckpointFile:
         return max(found, key=lambda c: c.generation) if found else None
 
     def write(self, slot: int, generation: int, seen: int, base: int, draws: int, resets: int,
-              ns_rows: np.ndarray, reserve_first: int, reserve_parts: dict) -> None:
+              ns_rows: np.ndarray, reserve_first: int, reserve_parts: dict, jumps: int = 0) -> None:
         """Write a whole slot and fsync it. ``reserve_parts[name]`` is a list of row blocks
         (views into the ring) holding the rows from ``reserve_first`` on, in order."""
         base_off = self.layout.slot_offset(slot) + HEADER_BYTES
@@ -155,8 +165,8 @@ class CheckpointFile:
         # The body checksum covers the whole region as it is in the file, unused rows too,
         # because that is what recovery reads back.
         flush_ns = time.time_ns()
-        header = _HEADER.pack(MAGIC, 1, slot, generation, seen, base, draws, resets,
-                              reserve_first, count, flush_ns, self.layout.body_bytes, 0, 0)
+        header = _HEADER.pack(MAGIC, 2, slot, generation, seen, base, draws, resets,
+                              reserve_first, count, flush_ns, jumps, self.layout.body_bytes, 0, 0)
         try:
             os.fsync(self.fd)
         except OSError as exc:

@@ -18,7 +18,8 @@ BLOCK_BYTES = 8 << 20
 
 def convert_store(src, dst, *, backend, progress=None, overwrite=False, block_rows=None) -> None:
     """Copy the store at ``src`` to a new store at ``dst`` with ``backend``: fields, rows,
-    counters, ``ns_buffer`` and sampler position; ``progress(done_rows, total_rows)``."""
+    counters, ``ns_buffer``, the exact next states of the jump ring and the sampler
+    position; ``progress(done_rows, total_rows)``."""
     src_path, dst_path = check_path(src, "src"), check_path(dst, "dst")
     if os.path.realpath(src_path) == os.path.realpath(dst_path):
         raise InvalidArgumentError(f"cannot convert {src_path} onto itself; give another dst")
@@ -40,16 +41,31 @@ def convert_store(src, dst, *, backend, progress=None, overwrite=False, block_ro
                                flush_every=desc["flush_every"])
         try:
             state = source.state()
-            ns_rows = None
+            ns_rows, jumps = None, 0
             if source.fields is not None:
                 _copy_rows(source, target, ring.ring_size(state.seen, state.base, source.max_size),
                            progress, block_rows)
                 ns_rows = source.current_ns()
-            target.adopt(state, ns_rows)
+                jumps = _copy_jumps(source, target, state)
+            target.adopt(state, ns_rows, jumps)
         finally:
             target.close()
     finally:
         source.close()
+
+
+def _copy_jumps(source: Reader, target: Writer, state: ring.RingState) -> int:
+    """Copy the jump records of the transitions the ring holds (all but the newest step,
+    whose next states are the ``ns_buffer``'s), in blocks; returns how many."""
+    if source.data.jumps is None:  # a format 1 store: its next states follow the ring's rule
+        return 0
+    first = max(state.base, state.seen - source.max_size) + 1
+    ts, ks = source.data.jumps.window_records(source.jcount, first, state.seen - source.num_envs)
+    step = max(1, BLOCK_BYTES // max(1, source.fields["states"].row_bytes))
+    count = 0
+    for lo in range(0, len(ts), step):
+        count = target.data.jumps.append(count, ts[lo:lo + step], source.data.jumps.states(ks[lo:lo + step]))
+    return count
 
 
 def _copy_rows(source: Reader, target: Writer, size: int, progress, block_rows) -> None:

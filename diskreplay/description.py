@@ -9,7 +9,7 @@ from .errors import CorruptStoreError, InvalidArgumentError, UnsupportedFormatEr
 from .fsutil import atomic_write, io_error
 from .schema import fields_from_json
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 MAX_SLOTS = 1 << 40
 DESCRIPTION_FILE = "store.json"
 

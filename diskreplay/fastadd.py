@@ -1,13 +1,18 @@
-"""The fast adds: ``add`` specialised for a store with the four core fields, built by
-``Writer.bind_add`` as closures over the writer's arrays and counter words.
+"""The fast adds: ``add`` specialised for a store's fields (the four core fields and any
+extra ones), built by ``Writer.bind_add`` as closures over the writer's arrays and
+counter words. Extra fields cost a name check and a value rule each (``_extras_rule``),
+not a trip through the general path.
 
 Each call takes the session's mutex, does cheap checks on cached shapes, dtypes, types
 and value ranges, then the commit protocol of ``counters.begin_step`` / ``commit_step``
 written inline (a call per step would cost a measurable share of an add). Anything the
 checks do not accept (so every value is known to store exactly before the first row is
-touched), a step that wraps the ring end or is due for a flush, a writer that is no
-longer ``live``, and a call made while a flush, reset or general add of this thread is
-running (``busy``: from a signal handler) go through the general path. An exception
+touched), a step that wraps the ring end or is due for a flush, a step whose states
+differ in any byte from the next states the previous step gave (a jump: the general path
+records it in the jump ring, ``jumps.py``; this one byte comparison is all a fast add
+pays for exact next states), a writer that is no longer ``live``, and a call made while
+a flush, reset or general add of this thread is running (``busy``: from a signal
+handler) go through the general path. An exception
 part-way (Ctrl-C, a signal handler's ``sys.exit``) settles the step (``Writer.settle``)
 before it propagates.
 ``tests/test_commit_paths.py`` proves both paths byte-identical.
@@ -17,18 +22,23 @@ from __future__ import annotations
 import numpy as np
 
 from .counters import W_CHECK, W_INTENT, W_SEEN
+from .jumps import SMALL_BYTES, same_bytes
 from .schema import FieldSpec, float_bounds
 
 
 def fast_add(w):
-    """``add`` for one env and the four core fields: cheap checks, four row stores, one
-    commit (``counters.begin_step`` and ``commit_step`` written inline)."""
+    """``add`` for one env: cheap checks, a row store per field, one commit
+    (``counters.begin_step`` and ``commit_step`` written inline)."""
     specs = w.fields
     shape, dtype = specs["states"].shape, specs["states"].dtype
     (a_types, a_lo, a_hi), (r_types, r_lo, r_hi), (d_types, d_lo, d_hi) = (
         _fast_scalar_rule(specs[name]) for name in ("actions", "rewards", "dones"))
-    states, actions, rewards, dones = w.arrays
+    states, actions, rewards, dones = _core_arrays(w)
+    extras_ok, extra_arrays = _extras_rule(w, ()), _extra_arrays(w)
+    has_extras = bool(extra_arrays)
     ns_rows = w.views["ns_rows"] = w.data.ns[:, 0]  # made read-only with the arrays at close
+    ns_pair = (ns_rows[0], ns_rows[1])  # the previous step's next state is ns_pair[seen & 1]
+    small, same = specs["states"].row_bytes <= SMALL_BYTES, same_bytes(ns_pair, specs["states"].row_bytes)
     words = w.words
     key = w.key
     max_size = w.max_size
@@ -39,7 +49,8 @@ def fast_add(w):
 
     def add(state, action, reward, next_state, done, **extra):
         with mutex:
-            if (w.busy is not None or not w.live or extra or type(state) is not ndarray or state.shape != shape
+            if (w.busy is not None or not w.live or (extra or has_extras) and not extras_ok(extra)
+                    or type(state) is not ndarray or state.shape != shape
                     or state.dtype != dtype or type(next_state) is not ndarray or next_state.shape != shape
                     or next_state.dtype != dtype or type(action) not in a_types or not a_lo <= action <= a_hi
                     or type(reward) not in r_types or not r_lo <= reward <= r_hi
@@ -47,7 +58,8 @@ def fast_add(w):
                 return general(state, action, reward, next_state, done, extra)
             seen = w.seen
             t = seen + 1
-            if t > w.flush_before:
+            if t > w.flush_before or (state.tobytes() != ns_pair[seen & 1].tobytes() if small
+                                      else not same(state, seen & 1)):
                 return general(state, action, reward, next_state, done, extra)
             try:
                 words[W_INTENT] = t
@@ -56,6 +68,9 @@ def fast_add(w):
                 actions[slot] = action
                 rewards[slot] = reward
                 dones[slot] = done
+                if has_extras:
+                    for name, arr in extra_arrays:
+                        arr[slot] = extra[name]
                 ns_rows[t & 1] = next_state
                 words[W_SEEN] = t
                 words[W_CHECK] = t ^ key
@@ -76,8 +91,13 @@ def fast_vector_add(w):
     specs = w.fields
     (s_shape, s_dt), (a_shape, a_dt), (r_shape, r_dt), (d_shape, d_dt) = (
         ((n,) + specs[name].shape, specs[name].dtype) for name in ("states", "actions", "rewards", "dones"))
-    states, actions, rewards, dones = w.arrays
+    states, actions, rewards, dones = _core_arrays(w)
+    extras_ok, extra_arrays = _extras_rule(w, (n,)), _extra_arrays(w)
+    has_extras = bool(extra_arrays)
     ns = w.data.ns
+    ns_pair = (ns[0], ns[1])  # the previous step's next states are ns_pair[(seen // n) & 1]
+    step_bytes = n * specs["states"].row_bytes
+    small, same = step_bytes <= SMALL_BYTES, same_bytes(ns_pair, step_bytes)
     words = w.words
     key = w.key
     max_size = w.max_size
@@ -88,7 +108,8 @@ def fast_vector_add(w):
 
     def add(state, action, reward, next_state, done, **extra):
         with mutex:
-            if (w.busy is not None or not w.live or extra or type(state) is not ndarray or type(next_state) is not ndarray
+            if (w.busy is not None or not w.live or (extra or has_extras) and not extras_ok(extra)
+                    or type(state) is not ndarray or type(next_state) is not ndarray
                     or type(action) is not ndarray or type(reward) is not ndarray or type(done) is not ndarray
                     or state.shape != s_shape or next_state.shape != s_shape or action.shape != a_shape
                     or reward.shape != r_shape or done.shape != d_shape
@@ -102,7 +123,9 @@ def fast_vector_add(w):
             t_end = seen + n
             start = (seen - w.base) % max_size
             stop = start + n
-            if stop > max_size or t_end > w.flush_before:
+            if stop > max_size or t_end > w.flush_before or (
+                    state.tobytes() != ns_pair[(seen // n) & 1].tobytes() if small
+                    else not same(state, (seen // n) & 1)):
                 return general(state, action, reward, next_state, done, extra)
             try:
                 words[W_INTENT] = t_end
@@ -110,6 +133,9 @@ def fast_vector_add(w):
                 actions[start:stop] = action
                 rewards[start:stop] = reward
                 dones[start:stop] = done
+                if has_extras:
+                    for name, arr in extra_arrays:
+                        arr[start:stop] = extra[name]
                 ns[(t_end // n) & 1] = next_state
                 words[W_SEEN] = t_end
                 words[W_CHECK] = t_end ^ key
@@ -119,6 +145,47 @@ def fast_vector_add(w):
                 raise
 
     return add
+
+
+def _core_arrays(w) -> list:
+    by_name = dict(zip(w.fields, w.arrays))
+    return [by_name[name] for name in ("states", "actions", "rewards", "dones")]
+
+
+def _extra_arrays(w) -> list:
+    by_name = dict(zip(w.fields, w.arrays))
+    return [(name, by_name[name]) for name in w.extra_names]
+
+
+def _extras_rule(w, lead: tuple):
+    """``ok(extra)``: True when ``extra`` names exactly the store's extra fields and every
+    value stores exactly as the general path would store it: for one env (``lead`` empty) a
+    scalar within its rule or an array of the field's exact shape and dtype, for a vector
+    env an array of shape ``(num_envs, *shape)`` and the exact dtype. Anything else (a
+    missing or unknown name, a value to convert or refuse) goes to the general path."""
+    names = frozenset(w.extra_names)
+    rules = []
+    for name in w.extra_names:
+        spec = w.fields[name]
+        if not lead and spec.shape == ():
+            rules.append((name, *_fast_scalar_rule(spec)))
+        else:
+            rules.append((name, None, lead + spec.shape, spec.dtype))
+    ndarray = np.ndarray
+
+    def ok(extra) -> bool:
+        if extra.keys() != names:
+            return False
+        for name, types, a, b in rules:
+            value = extra[name]
+            if types is None:
+                if type(value) is not ndarray or value.shape != a or value.dtype != b:
+                    return False
+            elif type(value) not in types or not a <= value <= b:
+                return False
+        return True
+
+    return ok
 
 
 def _fast_scalar_rule(spec: FieldSpec):

@@ -20,6 +20,7 @@ from .description import DESCRIPTION_FILE, FORMAT_VERSION
 from .errors import (IncompleteStoreError, InvalidArgumentError, NotAStoreError, StoreExistsError,
                      StoreNotFoundError)
 from .fsutil import check_free_space, fsync_dir, io_error
+from .jumps import JUMP_STATES_FILE, JUMPS_FILE, JumpRing, create_jump_files, jump_capacity
 from .lock import LOCK_FILE
 from .mapped import MappedFile
 from .npyfile import create_npy, open_npy
@@ -204,21 +205,24 @@ def lock_exists(directory: str) -> bool:
 
 def data_file_names(backend: Backend, specs) -> list[str]:
     """Every file that holds rows or row-derived data, created once the fields are known."""
-    return backend.data_files(specs) + [NS_FILE, ROWSUMS_FILE, CHECKPOINT_FILE]
+    return backend.data_files(specs) + [NS_FILE, ROWSUMS_FILE, CHECKPOINT_FILE, JUMPS_FILE, JUMP_STATES_FILE]
 
 
 def create_data_files(directory: str, backend: Backend, specs, max_size: int, num_envs: int,
                       reserve: int, initial_checkpoint) -> None:
-    """Create and preallocate the data files, ``ns_buffer.npy``, ``rowsums.npy`` and
-    ``checkpoint.bin``; ``initial_checkpoint(ckfile)`` writes its first slot."""
+    """Create and preallocate the data files, ``ns_buffer.npy``, ``rowsums.npy``,
+    ``checkpoint.bin`` and the jump ring's files (``jump_states.npy`` sparse: see jumps.py);
+    ``initial_checkpoint(ckfile)`` writes its first slot."""
     layout = CheckpointLayout(specs, num_envs, reserve)
     states = specs["states"]
     ns_bytes = 2 * num_envs * states.row_bytes
+    capacity = jump_capacity(max_size, reserve)
     check_free_space(directory, backend.data_bytes(specs, max_size) + layout.file_bytes + ns_bytes
-                     + 4 * max_size + 12288)
+                     + 4 * max_size + 8 * capacity + 16384)
     backend.create(directory, specs, max_size, FORMAT_VERSION)
     create_npy(os.path.join(directory, NS_FILE), (2, num_envs) + states.shape, states.dtype)
     create_npy(os.path.join(directory, ROWSUMS_FILE), (max_size,), np.dtype(np.uint32))
+    create_jump_files(directory, states, capacity)
     create_checkpoint_file(directory, layout)
     ck = CheckpointFile(directory, layout, True)
     try:
@@ -235,14 +239,16 @@ def remove_data_files(directory: str, backend: Backend, specs) -> None:
 # ---------------------------------------------------------------------- open
 class DataFiles:
     """The opened row data of a store: the backend's rows, the ``ns_buffer`` (two areas of
-    ``num_envs`` rows, one per step parity), the per-row CRCs and the checkpoint file."""
+    ``num_envs`` rows, one per step parity), the per-row CRCs, the checkpoint file and the
+    jump ring (``jumps``: None in a format 1 store, which has none)."""
 
     def __init__(self, directory: str, backend_name: str, fields: dict[str, FieldSpec], max_size: int,
-                 num_envs: int, reserve_rows: int, writable: bool):
+                 num_envs: int, reserve_rows: int, writable: bool, with_jumps: bool = True):
         self.storage: RowStorage | None = None
         self.ns_file: MappedFile | None = None
         self.sums_file: MappedFile | None = None
         self.ckfile: CheckpointFile | None = None
+        self.jumps: JumpRing | None = None
         try:
             self.storage = get_backend(backend_name).open(directory, fields, max_size, writable)
             states = fields["states"]
@@ -251,27 +257,32 @@ class DataFiles:
             self.sums_file, self.sums, _ = open_npy(os.path.join(directory, ROWSUMS_FILE),
                                                     (max_size,), np.dtype(np.uint32), writable)
             self.ckfile = CheckpointFile(directory, CheckpointLayout(fields, num_envs, reserve_rows), writable)
+            if with_jumps:
+                self.jumps = JumpRing(directory, fields["states"], max_size, reserve_rows, writable)
         except BaseException:
             self.close()
             raise
 
     def sync_rows(self) -> None:
-        """Make the rows, the ``ns_buffer`` and the CRCs durable (not the checkpoint)."""
+        """Make the rows, the ``ns_buffer``, the CRCs and the jump ring durable (not the checkpoint)."""
         self.storage.sync()
         self.ns_file.sync()
         self.sums_file.sync()
+        if self.jumps is not None:
+            self.jumps.sync()
 
     @property
     def mapped_files(self) -> list[MappedFile]:
         """Every memory-mapped file (for tools that drop a process's mapped pages)."""
-        return [f for f in [*(self.storage.files if self.storage else []), self.ns_file, self.sums_file] if f]
+        jumps = [self.jumps.file] if self.jumps is not None else []
+        return [f for f in [*(self.storage.files if self.storage else []), self.ns_file, self.sums_file, *jumps] if f]
 
     def close(self) -> None:
         self.ns = self.sums = None
-        for res in (self.storage, self.ns_file, self.sums_file, self.ckfile):
+        for res in (self.storage, self.ns_file, self.sums_file, self.ckfile, self.jumps):
             if res is not None:
                 res.close()
-        self.storage = self.ns_file = self.sums_file = self.ckfile = None
+        self.storage = self.ns_file = self.sums_file = self.ckfile = self.jumps = None
 
 
 def _unlink(path: str) -> None:

@@ -13,13 +13,18 @@ from .fsutil import io_error, preallocate
 _fmt = np.lib.format
 
 
+def write_npy_header(f, shape: tuple, dtype: np.dtype) -> None:
+    """The header of a C-order ``.npy`` array file, written at ``f``'s position."""
+    header = {"descr": _fmt.dtype_to_descr(np.dtype(dtype)), "fortran_order": False, "shape": tuple(shape)}
+    _fmt.write_array_header_2_0(f, header) if _needs_v2(header) else _fmt.write_array_header_1_0(f, header)
+
+
 def create_npy(path: str, shape: tuple, dtype: np.dtype) -> None:
     """Write the header and reserve the blocks of a C-order array file; contents are zeros."""
-    header = {"descr": _fmt.dtype_to_descr(np.dtype(dtype)), "fortran_order": False, "shape": tuple(shape)}
     nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
     try:
         with open(path, "wb") as f:
-            _fmt.write_array_header_2_0(f, header) if _needs_v2(header) else _fmt.write_array_header_1_0(f, header)
+            write_npy_header(f, shape, dtype)
             offset = f.tell()
             f.flush()
             preallocate(f.fileno(), offset, nbytes, path)

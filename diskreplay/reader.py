@@ -15,7 +15,7 @@ import time
 import numpy as np
 
 from . import ring
-from .counters import COMMIT_RETRIES, W_CLEAN, W_INTENT, W_KEY, W_RESETS, Counters
+from .counters import COMMIT_RETRIES, W_CLEAN, W_INTENT, W_JUMPS, W_KEY, W_RESETS, Counters
 from .errors import CorruptStoreError, ReadOnlyError, StoreClosedError, TornReadError
 from .lock import writer_alive
 from .recovery import VirtualView, reserve_indices, virtual_view
@@ -62,7 +62,7 @@ class Reader(Session):
             # its header, which is written last: part of the record too.
             record = (self.key, seen, intent, base, draws, resets, self.data.ckfile.header_bytes())
             if self._view_record != record:
-                self._dead_view = virtual_view(self.counters, self.data.ckfile, self.num_envs, self.reserve_rows)
+                self._dead_view = virtual_view(self.counters, self.data, self.num_envs, self.reserve_rows)
                 self._view_record = record
             self.view = self._dead_view
             seen, base, draws, resets = (self.view.state.seen, self.view.state.base, self.view.state.draws,
@@ -71,6 +71,20 @@ class Reader(Session):
         if self.fields is None and seen:
             raise CorruptStoreError(f"{self.counters.path}: seen_size is {seen} but the store has no fields")
         self._check_files()
+        self.jcount = self._jump_count(words)
+
+    def _jump_count(self, words) -> int:
+        """The committed records of the jump ring in this snapshot (read after ``seen``:
+        the writer stores the count before it commits a step)."""
+        jumps = self.data.jumps if self.data is not None else None
+        if jumps is None:
+            if int(words[W_JUMPS]):
+                raise CorruptStoreError(f"{self.path} was upgraded to format 2 by a writer since this reader "
+                                        "opened it (its next states are exact now); reopen it")
+            return 0
+        if self.view is not None:
+            return self.view.jumps
+        return jumps.committed(int(words[W_JUMPS]), self.seen, self.num_envs)
 
     def _check_files(self) -> None:
         """Refuse to read through a mapping whose file was truncated (SIGBUS) or replaced
@@ -123,27 +137,27 @@ class Reader(Session):
         deadline = time.monotonic() + READ_PATIENCE
         while time.monotonic() < deadline:
             key, view = self.key, self.view
-            seen, n = self.seen, self.num_envs
+            seen, n, jcount = self.seen, self.num_envs, self.jcount
             head = ring.ring_head(seen, self.base, self.max_size)
-            gather = self._row_gather(head, self.current_ns().copy())
+            fix = None
             if view is not None and view.overlay is not None:
-                return read(self._overlaid(gather, head, view), head)[0]
+                fix = lambda batch, slots: self._apply_overlay(batch, slots, head, view)  # noqa: E731
+            gather = self._row_gather(head, self.current_ns().copy(), fix)
+            if fix is not None:
+                return read(gather, head)[0]
             result, slots = read(gather, head)
             words = self.counters.words
             intent = int(words[W_INTENT])
+            # Records written since the snapshot (one step more may be in flight) must not
+            # have reached the window of records this read searched (``jumps.py``).
             if int(words[W_KEY]) == key and int(words[W_RESETS]) == self.resets and \
-                    not self._touched(slots, head, intent, ns_touched=intent >= seen + 2 * n):
+                    not self._touched(slots, head, intent, ns_touched=intent >= seen + 2 * n) and \
+                    (self.data is None or self.data.jumps is None
+                     or int(words[W_JUMPS]) + n - jcount <= self.data.jumps.room):
                 return result
             time.sleep(0.0002)
             self.refresh()
         raise TornReadError(f"{self.path}: the writer kept overwriting the requested rows; try again")
-
-    def _overlaid(self, gather, head, view: VirtualView):
-        def gather_restored(slots, names=None):
-            batch = gather(slots, names)
-            self._apply_overlay(batch, slots, head, view)
-            return batch
-        return gather_restored
 
     def _touched(self, idxs, head, intent, ns_touched) -> bool:
         """Whether the writer may have rewritten any of these slots (or their next-state

@@ -20,7 +20,7 @@ import numpy as np
 from . import counters as counters_file
 from . import ring
 from .checkpoint import CHECKPOINT_FILE, Checkpoint, CheckpointFile
-from .counters import W_BOOT, W_CLEAN, Counters
+from .counters import W_BOOT, W_CLEAN, W_JUMPS, Counters
 from .errors import CorruptStoreError
 from .rowsums import set_sums_for
 
@@ -36,6 +36,7 @@ class OpenState:
     restore_to: int
     from_checkpoint: bool
     reason: str | None  # why recovery was needed, None when the store was closed cleanly
+    jumps: int = 0  # records of the jump ring, before ``JumpRing.committed`` leaves out an uncommitted step's
 
 
 def decide_state(counters: Counters, checkpoint: Checkpoint | None, num_envs: int,
@@ -53,13 +54,13 @@ def decide_state(counters: Counters, checkpoint: Checkpoint | None, num_envs: in
             problem = (f"marked clean at seen_size {seen}, but close() flushed seen_size "
                        f"{checkpoint.seen} (the record was edited or damaged)")
         elif clean:
-            return OpenState(seen, base, draws, resets, seen, seen, False, None)
+            return OpenState(seen, base, draws, resets, seen, seen, False, None, int(words[W_JUMPS]))
         elif same_boot or checkpoint is None and seen == 0:
             reason = None if intent == seen else (
                 f"the last writer stopped during an add; restored the {intent - seen} rows it was writing")
             if reason is None:
                 reason = "the last writer stopped without closing the store; nothing was lost"
-            return OpenState(seen, base, draws, resets, seen, intent, False, reason)
+            return OpenState(seen, base, draws, resets, seen, intent, False, reason, int(words[W_JUMPS]))
         else:
             problem = "written before the last reboot, power cut or OS crash"
     if checkpoint is None:
@@ -69,7 +70,7 @@ def decide_state(counters: Counters, checkpoint: Checkpoint | None, num_envs: in
     c = checkpoint
     return OpenState(c.seen, c.base, c.draws, c.resets, c.seen, c.seen + reserve_rows, True,
                      f"the live counters were {problem}; rolled back to the last flush "
-                     f"(seen_size {c.seen})")
+                     f"(seen_size {c.seen})", c.jumps)
 
 
 def reserve_indices(t_lo: int, t_hi: int, checkpoint: Checkpoint, base: int, max_size: int):
@@ -116,6 +117,14 @@ class WriterRecovery:
     state: ring.RingState
     checkpoint: Checkpoint | None
     note: str | None  # what recovery did, None when the store was closed cleanly
+    jumps: int = 0  # committed records of the jump ring
+
+
+def committed_jumps(state: OpenState, data, num_envs: int) -> int:
+    """The jump ring's committed record count in ``state`` (0 without a jump ring)."""
+    if data is None or data.jumps is None:
+        return 0
+    return data.jumps.committed(state.jumps, state.seen, num_envs)
 
 
 def recover_for_writer(path: str, counters: Counters, data, fields, num_envs: int, max_size: int,
@@ -144,10 +153,11 @@ def recover_for_writer(path: str, counters: Counters, data, fields, num_envs: in
             set_sums_for(data.sums, arrays, ring.slot_of(ts, state.base, max_size), ts - max_size)
         if restored or state.from_checkpoint:
             data.sync_rows()
-    counters.commit_state(state.seen, state.base, state.draws, state.resets)
+    jumps = committed_jumps(state, data, num_envs)
+    counters.commit_state(state.seen, state.base, state.draws, state.resets, jumps)
     counters.sync()
     note = None if state.reason is None else f"{path}: {state.reason}"
-    return WriterRecovery(ring.RingState(state.seen, state.base, state.draws, state.resets), checkpoint, note)
+    return WriterRecovery(ring.RingState(state.seen, state.base, state.draws, state.resets), checkpoint, note, jumps)
 
 
 @dataclass(frozen=True)
@@ -160,15 +170,19 @@ class VirtualView:
     overlay: tuple[int, int] | None
     checkpoint: Checkpoint | None
     ns_rows: np.ndarray | None
+    jumps: int = 0  # committed records of the jump ring
 
 
-def virtual_view(counters: Counters, ckfile: CheckpointFile, num_envs: int, reserve_rows: int) -> VirtualView:
+def virtual_view(counters: Counters, data, num_envs: int, reserve_rows: int) -> VirtualView:
+    """``data``: the store's opened ``layout.DataFiles`` (its checkpoint file and jump ring)."""
+    ckfile = data.ckfile
     checkpoint = ckfile.newest()
     state = decide_state(counters, checkpoint, num_envs, reserve_rows, ckfile.both_valid)
     overlay = (state.restore_from, state.restore_to) if state.restore_to > state.restore_from else None
     ns = ckfile.read_ns(checkpoint.slot, num_envs) if state.from_checkpoint else None
-    return VirtualView(ring.RingState(state.seen, state.base, state.draws, state.resets), overlay, checkpoint, ns)
+    return VirtualView(ring.RingState(state.seen, state.base, state.draws, state.resets), overlay, checkpoint, ns,
+                       committed_jumps(state, data, num_envs))
 
 
-__all__ = ["OpenState", "WriterRecovery", "VirtualView", "decide_state", "recover_for_writer", "virtual_view",
+__all__ = ["OpenState", "WriterRecovery", "VirtualView", "committed_jumps", "decide_state", "recover_for_writer", "virtual_view",
            "restore_rows", "reserve_indices", "check_reserve_covers"]

@@ -50,6 +50,7 @@ class Session:
         self.gatherer: Gatherer | None = None
         self.recovery_note: str | None = None
         self.seen = self.base = self.draws = self.resets = 0
+        self.jcount = 0  # committed records of the jump ring (jumps.py) in the current snapshot
         try:
             check_is_store(self.directory)
             self._read_description()
@@ -72,7 +73,8 @@ class Session:
 
     def _map_data(self) -> None:
         self.data = DataFiles(self.directory, self.desc["backend"], self.fields, self.max_size,
-                              self.num_envs, self.reserve_rows, self.writable)
+                              self.num_envs, self.reserve_rows, self.writable,
+                              with_jumps=self.desc["format_version"] >= 2)
         self.gatherer = Gatherer(self.fields, self.data.storage, self.num_envs, self.max_size)
 
     # ------------------------------------------------------------------ state
@@ -166,18 +168,29 @@ class Session:
         return self._gather_nstep(idxs, n_step, gamma)
 
     def _gather(self, idxs: np.ndarray, head: int) -> dict:
-        return self.gatherer.gather(idxs, head, self.current_ns())
+        batch = self.gatherer.gather(idxs, head, self.current_ns())
+        if self.jcount:
+            self._patch_jumps(batch, idxs, head, self.jcount)
+        return batch
 
     def get_fields(self, idxs, names: tuple) -> dict:
-        """Only the keys ``names`` (fields, ``next_states`` if wanted) of the rows at ``idxs``,
-        from one snapshot: chronological scans read no next states they do not use."""
+        """Only the keys ``names`` (fields, ``next_states`` and ``jumps`` if wanted) of the
+        rows at ``idxs``, from one snapshot: chronological scans read no next states they do
+        not use, and learn where unmarked autoresets cut episodes from the jump ring."""
         with self.mutex:
             self._enter_read()
             self.refresh()
             idxs = self._checked_idxs(idxs)
             if self.fields is None:
                 return {}
-            return self._read(lambda gather, head: (gather(idxs, names), idxs))
+            rows = tuple(name for name in names if name != "jumps")
+
+            def read(gather, head):
+                out = gather(idxs, rows) if rows else {}
+                if len(rows) < len(names):
+                    out["jumps"] = self._jumps(idxs, head)
+                return out, idxs
+            return self._read(read)
 
     def _gather_nstep(self, idxs: np.ndarray, n_step: int, gamma: float) -> dict:
         """n-step rows for ``idxs`` (``nstep.py``), every row and successor read from one snapshot."""
@@ -196,18 +209,45 @@ class Session:
         ns_rows = self.current_ns()
         return read(self._row_gather(head, ns_rows), head)[0]
 
-    def _row_gather(self, head: int, ns_rows: np.ndarray) -> Callable:
-        """The ``gather`` that ``_read`` hands to its ``read``."""
+    def _row_gather(self, head: int, ns_rows: np.ndarray, fix: Callable | None = None) -> Callable:
+        """The ``gather`` that ``_read`` hands to its ``read``: rows, then ``fix(batch,
+        slots)`` (a reader's undo overlay), then the exact next states of the jump ring."""
+        jcount = self.jcount
+
         def gather(slots, names=None):
             if names is None:
-                return self.gatherer.gather(slots, head, ns_rows)
-            return self.gatherer.gather_some(slots, head, ns_rows, names)
+                batch = self.gatherer.gather(slots, head, ns_rows)
+            else:
+                batch = self.gatherer.gather_some(slots, head, ns_rows, names)
+            if fix is not None:
+                fix(batch, slots)
+            if "next_states" in batch and jcount:
+                self._patch_jumps(batch, slots, head, jcount)
+            return batch
         return gather
+
+    def _recorded(self, slots: np.ndarray, head: int, jcount: int) -> tuple[np.ndarray, np.ndarray]:
+        """``(found, k)``: which slots' transitions have their next state in the jump ring
+        (among the first ``jcount`` records), and the record numbers. The newest step's
+        next states are in the ``ns_buffer`` and never looked up."""
+        _, in_buffer, _ = ring.next_state_sources(slots, head, self.max_size, self.num_envs)
+        ts = ring.transition_of_slots(slots, self.seen, self.base, self.max_size)
+        found, ks = self.data.jumps.find(ts, jcount)
+        found &= ~in_buffer
+        return found, ks
+
+    def _patch_jumps(self, batch: dict, slots: np.ndarray, head: int, jcount: int) -> None:
+        """Put the exact next states of recorded jumps into ``batch["next_states"]``."""
+        found, ks = self._recorded(np.asarray(slots, np.int64), head, jcount)
+        if found.any():
+            batch["next_states"][found] = self.data.jumps.states(ks[found])
 
     def _jumps(self, idxs: np.ndarray, head: int) -> np.ndarray:
         """bool per slot in idxs: True where that slot's transition has a recorded exception
         (its next state is not the next row's state of the same env)."""
-        return np.zeros(len(idxs), bool)  # a stub: the core's side ring of exact next states replaces it
+        if not self.jcount or not len(idxs):
+            return np.zeros(len(idxs), bool)
+        return self._recorded(np.asarray(idxs, np.int64), head, self.jcount)[0]
 
     def _checked_idxs(self, idxs) -> np.ndarray:
         arr = np.asarray(idxs)

@@ -8,6 +8,9 @@ It takes no lock and writes nothing, so it is safe beside a live writer. Checked
   memmap backend, the HDF5 structure and dataset offsets for the hdf5 backend),
   as do ``ns_buffer.npy`` and ``checkpoint.bin``;
 * both checkpoint slots are read (header and body checksums); at least one must be valid;
+* the jump ring (format 2): ``jumps.npy`` and ``jump_states.npy`` have the right header and
+  size, and the records lookups search are of transitions in increasing order that were
+  added (an unsorted window would hide exact next states);
 * every row of every field is read once, in row blocks (bounded memory), through
   positioned reads so that an I/O error is reported instead of killing the process;
   each row that was durable at the last flush is checked against its CRC-32 in
@@ -29,9 +32,10 @@ import numpy as np
 from . import ring
 from .backends import BACKENDS, get_backend
 from .checkpoint import CHECKPOINT_FILE, CheckpointFile, CheckpointLayout
-from .counters import COMMIT_RETRIES, COUNTERS_FILE, Counters
+from .counters import COMMIT_RETRIES, COUNTERS_FILE, W_JUMPS, Counters
 from .description import DESCRIPTION_FILE, read_description
 from .errors import DiskReplayError, StoreLockedError
+from .jumps import JUMP_STATES_FILE, JUMPS_FILE, jump_capacity
 from .layout import CREATING_MARKER, NS_FILE, check_is_store
 from .npyfile import read_npy_header
 from .rowsums import ROWSUMS_FILE, batch_sums
@@ -96,7 +100,7 @@ def verify_store(path, progress: Callable[[int, int], None] | None = None) -> Ve
     fields, num_envs = desc["fields"], desc["num_envs"]
 
     # -- live counters
-    seen = base = None
+    seen = base = jumps = None
     try:
         counters = Counters(directory, writable=False)
     except DiskReplayError as exc:
@@ -115,6 +119,7 @@ def verify_store(path, progress: Callable[[int, int], None] | None = None) -> Ve
                 report.problem(f"{counters.path}: {problem}")
             else:
                 seen, _, base, _, _ = counters.snapshot()
+                jumps = int(counters.words[W_JUMPS])
                 report.checked["seen_size"] = seen
         finally:
             counters.close()
@@ -161,12 +166,44 @@ def verify_store(path, progress: Callable[[int, int], None] | None = None) -> Ve
         finally:
             ck.close()
 
+    if desc["format_version"] >= 2:
+        _check_jumps(directory, desc, seen, jumps, report)
+
     # -- every row, once
     if seen is None:
         report.notes.append("rows were not read: the live counters cannot be trusted")
     elif starts:
         _read_rows(directory, desc, starts, (seen, base), checkpoint_seen, report, progress)
     return report
+
+
+def _check_jumps(directory: str, desc: dict, seen: int | None, jumps: int | None, report: VerifyReport) -> None:
+    """The jump ring's files, and the records lookups search (``jumps.py``)."""
+    states, max_size = desc["fields"]["states"], desc["max_size"]
+    capacity = jump_capacity(max_size, desc["reserve_rows"])
+    records = os.path.join(directory, JUMPS_FILE)
+    offset = _check_npy(records, (capacity,), np.dtype(np.int64), report)
+    _check_npy(os.path.join(directory, JUMP_STATES_FILE), (capacity,) + states.shape, states.dtype, report)
+    if offset is None or seen is None:
+        return
+    ks = np.arange(max(0, jumps - max_size), jumps, dtype=np.int64)
+    with open(records, "rb") as f:
+        ring = np.fromfile(f, "<i8", count=capacity, offset=offset)
+    ts = ring[ks % capacity]
+    report.checked["jump_records"] = len(ts)
+    # A live writer stores the count before it commits a step: records up to one step ahead.
+    ahead = seen + desc["num_envs"]
+    if len(ts) and ((np.diff(ts) <= 0).any() or ts[0] < 1 or ts[-1] > ahead):
+        counters = Counters(directory, writable=False)
+        try:
+            moved = int(counters.words[W_JUMPS]) != jumps
+        finally:
+            counters.close()
+        if moved:  # a live writer recorded jumps meanwhile, over the oldest read
+            report.notes.append(f"{JUMPS_FILE}: not checked, a live writer kept recording jumps")
+            return
+        report.problem(f"{records}: the newest {len(ts)} records are not transitions in increasing order "
+                       f"up to seen_size {seen}; exact next states of autoreset jumps may be wrong")
 
 
 def _data_starts(directory: str, desc: dict, report: VerifyReport) -> dict:

@@ -96,7 +96,7 @@ def test_info(store, run):
     assert r.code == 0 and r.err == ""
     d = r.json()
     assert d["path"] == str(store)
-    assert d["backend"] in BACKENDS and d["format_version"] == 1
+    assert d["backend"] in BACKENDS and d["format_version"] == 2
     assert (d["max_size"], d["size"], d["seen_size"], d["head"], d["num_envs"]) == (10, 10, 16, 5, 2)
     assert (d["batch_size"], d["use_cer"]) == (32, False)
     assert d["fields"]["states"] == {"shape": [3], "dtype": "float32"}

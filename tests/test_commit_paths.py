@@ -2,32 +2,51 @@
 ``Writer.write_step``); the two fast adds write it inline. This state machine performs
 the same steps through a fast add on one store and through the general add on another,
 and requires the two stores to be byte-identical after every step: rows, ``ns_buffer``,
-CRCs and the counter record (less the per-writer key, pid and boot words)."""
+CRCs, the jump ring and the counter record (less the per-writer key, pid and boot words).
+Steps chain (each step's states are the previous step's next states) except at random
+autoreset jumps, so both the fast path and its fall-back for jumps are taken."""
 from __future__ import annotations
 
 import os
 
 import numpy as np
+import pytest
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
-from diskreplay import DiskReplay
+from diskreplay import DiskReplay, DiskReplayError
 from diskreplay.backends import BACKENDS
 from diskreplay.counters import NWORDS, W_BOOT, W_CHECK, W_FLUSH_NS, W_KEY, W_PID
 
 PER_WRITER_WORDS = {W_KEY, W_CHECK, W_PID, W_BOOT, W_FLUSH_NS}
 FIELDS = {"states": ((3,), "float32"), "actions": ((), "int64"), "rewards": ((), "float32"),
           "dones": ((), "bool")}
+EXTRAS = {"truncateds": ((), "bool"), "log_probs": ((), "float32"), "hidden": ((2,), "float16")}
 
 
-def step(rng: np.random.Generator, num_envs: int):
-    """Exact-dtype inputs, the kind the fast adds take."""
+def extra_values(rng: np.random.Generator, num_envs: int) -> dict:
+    """Extra fields in the kinds the fast adds take (one env: Python scalars and exact
+    arrays; a vector env: exact arrays), now and then one the general path must convert."""
     if num_envs == 1:
-        return (rng.standard_normal(3).astype(np.float32), int(rng.integers(-5, 5)), float(rng.standard_normal()),
-                rng.standard_normal(3).astype(np.float32), bool(rng.integers(2)))
-    return (rng.standard_normal((num_envs, 3)).astype(np.float32), rng.integers(-5, 5, num_envs),
-            rng.standard_normal(num_envs).astype(np.float32), rng.standard_normal((num_envs, 3)).astype(np.float32),
+        out = {"truncateds": bool(rng.integers(2)), "log_probs": float(rng.standard_normal()),
+               "hidden": rng.standard_normal(2).astype(np.float16)}
+    else:
+        out = {"truncateds": rng.integers(0, 2, num_envs).astype(bool),
+               "log_probs": rng.standard_normal(num_envs).astype(np.float32),
+               "hidden": rng.standard_normal((num_envs, 2)).astype(np.float16)}
+    if rng.random() < 0.2:
+        out["hidden"] = np.asarray(out["hidden"], np.float64)  # converted by the general path
+    return out
+
+
+def step(rng: np.random.Generator, num_envs: int, obs: np.ndarray):
+    """Exact-dtype inputs, the kind the fast adds take, starting from ``obs``."""
+    next_obs = rng.standard_normal((num_envs, 3)).astype(np.float32)
+    if num_envs == 1:
+        return (obs[0], int(rng.integers(-5, 5)), float(rng.standard_normal()), next_obs[0],
+                bool(rng.integers(2)))
+    return (obs, rng.integers(-5, 5, num_envs), rng.standard_normal(num_envs).astype(np.float32), next_obs,
             rng.integers(0, 2, num_envs).astype(bool))
 
 
@@ -35,7 +54,7 @@ def store_bytes(buf: DiskReplay) -> dict:
     """The rows of every field as stored, and the bytes of ``ns_buffer.npy`` and
     ``rowsums.npy`` (whole files: HDF5's own structure records creation times)."""
     out = {name: arr.tobytes() for name, arr in buf._session.storage.arrays.items()}
-    for name in ("ns_buffer.npy", "rowsums.npy"):
+    for name in ("ns_buffer.npy", "rowsums.npy", "jumps.npy", "jump_states.npy"):
         with open(os.path.join(buf.path, name), "rb") as f:
             out[name] = f.read()
     return out
@@ -48,23 +67,31 @@ class CommitPaths(RuleBasedStateMachine):
 
     @initialize(backend=st.sampled_from(list(BACKENDS)), num_envs=st.sampled_from([1, 3]),
                 max_size=st.sampled_from([7, 12]), flush_every=st.sampled_from([None, 2]),
-                seed=st.integers(0, 2**16))
-    def setup(self, backend, num_envs, max_size, flush_every, seed):
+                seed=st.integers(0, 2**16), extras=st.booleans())
+    def setup(self, backend, num_envs, max_size, flush_every, seed, extras):
         import tempfile
 
         self.tmp = tempfile.TemporaryDirectory()
         self.rng = np.random.default_rng(seed)
         self.num_envs = num_envs
-        kwargs = dict(num_envs=num_envs, backend=backend, seed=seed, fields=FIELDS, flush_every=flush_every)
+        self.extras = extras
+        fields = {**FIELDS, **EXTRAS} if extras else FIELDS
+        kwargs = dict(num_envs=num_envs, backend=backend, seed=seed, fields=fields, flush_every=flush_every)
         self.paths = [os.path.join(self.tmp.name, name) for name in ("fast.replay", "general.replay")]
         self.fast, self.general = (DiskReplay.create(p, max_size, **kwargs) for p in self.paths)
-        assert "add" in self.fast.__dict__, "the fast add is installed on a store with core fields only"
+        assert "add" in self.fast.__dict__, "the fast add is installed, extra fields or not"
+        self.obs = self.rng.standard_normal((num_envs, 3)).astype(np.float32)
 
-    @rule()
-    def add(self):
-        values = step(self.rng, self.num_envs)
-        self.fast.add(*values)
-        DiskReplay.add(self.general, *values)  # the class's method: the general path
+    @rule(jump_rate=st.sampled_from([0.0, 0.3, 1.0]))
+    def add(self, jump_rate):
+        values = step(self.rng, self.num_envs, self.obs)
+        extra = extra_values(self.rng, self.num_envs) if self.extras else {}
+        self.fast.add(*values, **extra)
+        DiskReplay.add(self.general, *values, **extra)  # the class's method: the general path
+        next_obs = np.asarray(values[3]).reshape(self.num_envs, 3)
+        jumps = self.rng.random(self.num_envs) < jump_rate
+        self.obs = np.where(jumps[:, None], self.rng.standard_normal((self.num_envs, 3)).astype(np.float32),
+                            next_obs)
 
     @rule()
     def flush(self):
@@ -94,3 +121,31 @@ class CommitPaths(RuleBasedStateMachine):
 
 TestCommitPaths = CommitPaths.TestCase
 TestCommitPaths.settings = settings(max_examples=40, stateful_step_count=30, deadline=None)
+
+
+def test_extra_fields_keep_adds_on_the_fast_path(tmp_path):
+    """Issue 19 item 4: declaring extra fields no longer sends every add to the general
+    path; only a step the fast rules do not accept (here: a missing extra) goes there."""
+    for num_envs in (1, 3):
+        buf = DiskReplay.create(tmp_path / f"x{num_envs}.replay", 64, num_envs=num_envs,  # no wrap, no flush due
+                                fields={**FIELDS, **EXTRAS})
+        general_steps = []
+        write_step = buf._session._write_step
+        buf._session._write_step = lambda values: (general_steps.append(1), write_step(values))
+        rng = np.random.default_rng(0)
+        obs = rng.standard_normal((num_envs, 3)).astype(np.float32)
+        for i in range(20):
+            values = step(rng, num_envs, obs)
+            extra = extra_values(rng, num_envs)
+            extra["hidden"] = extra["hidden"].astype(np.float16)
+            buf.add(*values, **extra)
+            obs = np.asarray(values[3]).reshape(num_envs, 3)
+            if i == 0:
+                general_steps.clear()  # the first step has no previous next states to chain from
+        assert general_steps == []
+        extra.pop("log_probs")
+        with pytest.raises(DiskReplayError, match="log_probs"):
+            buf.add(*step(rng, num_envs, obs), **extra)
+        got = buf.get(np.arange(20 * num_envs))
+        assert got["truncateds"].dtype == bool and got["hidden"].shape == (20 * num_envs, 2)
+        buf.close()

@@ -313,9 +313,12 @@ def big_store(request, tmp_path_factory):
     with DiskReplay.create(path, BIG_ROWS, num_envs=BIG_ENVS, backend=request.param, seed=0, fields=fields) as buf:
         states = np.random.default_rng(0).normal(size=(BIG_ENVS, BIG_STATE)).astype(np.float32)
         for step in range(BIG_ROWS // BIG_ENVS):
-            # Episodes of 100 steps; the next states are the same rows shifted (any bytes do).
-            buf.add(states, np.full(BIG_ENVS, step), np.ones(BIG_ENVS, np.float32), np.roll(states, 1, axis=0),
+            # Episodes of 100 steps, each step starting from the previous next states (rows
+            # shifted): no autoreset jumps, which would end every episode after one step.
+            next_states = np.roll(states, 1, axis=0)
+            buf.add(states, np.full(BIG_ENVS, step), np.ones(BIG_ENVS, np.float32), next_states,
                     np.full(BIG_ENVS, step % 100 == 99))
+            states = next_states
     return path
 
 

@@ -50,12 +50,14 @@ def test_plain_h5py_reads_a_live_and_a_killed_writers_file(tmp_path):
         size = ro.size
         got = ro.get(np.arange(size))
     assert size == 50
+    whole = np.ones(size, bool)
     for name in ("states", "actions", "rewards", "dones"):
         # Every committed row reads the same through plain h5py as through the store; only a
         # step in flight at the kill may differ, and the store restores that one from its reserve.
         same = np.all((after_kill[name] == got[name]).reshape(size, -1), axis=1)
         assert same.sum() >= size - 2, name
-    assert np.array_equal(after_kill["actions"][same], got["actions"][same])
+        whole &= same
+    assert whole.sum() >= size - 2  # the rows that differ are those of one step (2 envs), in every field
     with DiskReplay.open(path, mode="r+") as buf:  # recovery, then h5py agrees on every row
         got = buf.get(np.arange(50))
     final = plain_h5py_rows(path)

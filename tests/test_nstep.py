@@ -42,12 +42,13 @@ def assert_same(got: dict, want: dict) -> None:
 
 def install_jumps(buf, jumped: set) -> None:
     """Make the store report the transitions numbered in ``jumped`` as having a recorded
-    next-state exception (what the core's side ring answers), so that chains stop there."""
+    next-state exception, besides those its jump ring holds, so that chains stop there."""
     session = buf._session
+    recorded = session._jumps
 
     def jumps(slots, head):
         held = ring.transition_of_slots(np.asarray(slots), session.seen, session.base, session.max_size)
-        return np.isin(held, np.fromiter(jumped, np.int64, len(jumped)))
+        return recorded(slots, head) | np.isin(held, np.fromiter(jumped, np.int64, len(jumped)))
     session._jumps = jumps
 
 
@@ -76,8 +77,8 @@ class NStepMachine(RuleBasedStateMachine):
         n = self.buf.num_envs
         shape, dtype = self.fields["rewards"]
         for _ in range(steps):
-            # Each step's states are the previous step's next states (no unmarked autoreset):
-            # next states follow the ring's rule, so jumps can be any transitions.
+            # Each step's states are the previous step's next states except at autoresets
+            # (real jumps, in the jump ring); more jumps are reported by ``install_jumps``.
             next_obs = rng.normal(size=(n, 3)).astype(np.float32)
             values = [self.obs, rng.integers(0, 9, n), rng.integers(-5, 6, (n,) + shape).astype(dtype),
                       next_obs, rng.random(n) < end_rate]
@@ -91,7 +92,8 @@ class NStepMachine(RuleBasedStateMachine):
             self.buf.add(*values, **extra)
             self.model.add(*values, **extra)
             self.jumped.update(first + e for e in range(n) if rng.random() < end_rate / 2)
-            self.obs = next_obs
+            autoreset = (rng.random(n) < end_rate / 2)[:, None]
+            self.obs = np.where(autoreset, rng.normal(size=(n, 3)).astype(np.float32), next_obs)
 
     @rule()
     def reset(self):

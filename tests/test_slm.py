@@ -57,9 +57,9 @@ class SeedReference:
         self.seen_size += 1
 
     def next_state(self, slot):
-        p = self.owner[slot]
-        q = p + self.num_envs
-        return self.epoch[q]["states"] if q < len(self.epoch) else self.epoch[p]["next_states"]
+        """Exact, as diskreplay gives it (where the seed returns the state of the env's next
+        transition, which differs after an episode ends)."""
+        return self.epoch[self.owner[slot]]["next_states"]
 
     def get(self, idxs):
         batch = {k: np.stack([self.slots[k][i] for i in idxs]) for k in self.fields}

@@ -67,8 +67,8 @@ def test_wrap_bug_regression_three_envs(tmp_path, backend):
         assert buf.head == 8
         got = buf.get([6, 7, 8])["next_states"][:, 0]
         np.testing.assert_array_equal(got, [7.5, 8.5, 9.5])
-        older = buf.get([0, 3])["next_states"][:, 0]  # taken from slot i + 3
-        np.testing.assert_array_equal(older, [4, 7])
+        older = buf.get([0, 3])["next_states"][:, 0]  # step_values' next states are t + 0.5, never the
+        np.testing.assert_array_equal(older, [1.5, 4.5])  # state of slot i + 3 (4, 7): exact, from the jump ring
 
 
 def test_seed_rule_is_buggy_where_the_fix_is_not():
@@ -226,7 +226,7 @@ def test_hdf5_store_is_readable_with_plain_h5py(tmp_path):
 def test_description_is_json_with_format_version(tmp_path, backend):
     DiskReplay.create(tmp_path / "s", 6, backend=backend, fields=cartpole_fields()).close()
     desc = json.loads((tmp_path / "s" / "store.json").read_text())
-    assert desc["format_version"] == 1 and desc["backend"] == backend
+    assert desc["format_version"] == 2 and desc["backend"] == backend
     assert desc["fields"]["states"] == {"shape": [4], "dtype": "<f4"}
 
 
@@ -497,14 +497,23 @@ class StoreMachine(RuleBasedStateMachine):
         self.model = ReplayModel(max_size, num_envs)
         self.next_t = 1
         self.reference_draws = []
+        self.last_next = None  # the next states of the last step added
 
-    @rule(steps=st.integers(1, 6))
-    def add(self, steps):
+    @rule(steps=st.integers(1, 6), autoreset=st.sampled_from([0.0, 0.3, 1.0]), seed=st.integers(0, 2**16))
+    def add(self, steps, autoreset, seed):
+        """Steps whose states are the previous step's next states, except for envs that
+        autoreset (a fresh state: the model's next state is the one given, a jump)."""
         n = self.buf.num_envs
+        rng = np.random.default_rng(seed)
         for _ in range(steps):
-            values = step_values(self.next_t, n)
+            states, *rest = step_values(self.next_t, n)
+            if self.last_next is not None:
+                chained = (rng.random(n) >= autoreset).reshape((n,) + (1,) * (np.ndim(states) - (n > 1)))
+                states = np.where(chained[0] if n == 1 else chained, self.last_next, states)
+            values = (states, *rest)
             self.buf.add(*values)
             self.model.add(*values)
+            self.last_next = values[3]
             self.next_t += n
 
     @precondition(lambda self: self.model.size > 0)

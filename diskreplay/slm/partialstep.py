@@ -72,7 +72,7 @@ class PartialStep:
         if not k:
             batch = self.store.get(idxs)
             return {key: batch[key] for key in keys}
-        m, n, committed_head = self.store.max_size, self.num_envs, self.store.head
+        m, committed_head = self.store.max_size, self.store.head
         where = (idxs - committed_head - 1) % m  # position in the buffered step, for its slots
         buffered = where < k
         stored = ~buffered
@@ -86,11 +86,8 @@ class PartialStep:
             for pos in np.flatnonzero(buffered):
                 out[pos] = self.transitions[where[pos]][key]
             batch[key] = out
-        if got is not None:
-            # A stored transition whose next state is the state of a buffered one (n later).
-            follower = (idxs[stored] + n - committed_head - 1) % m
-            for pos, j in zip(np.flatnonzero(stored)[follower < k], follower[follower < k]):
-                batch["next_states"][pos] = self.transitions[j]["states"]
+        # A stored transition keeps the store's next state (exact: the one given to add),
+        # also when the transition n later is still buffered here.
         return batch
 
     def next_state_rows(self) -> list:

@@ -6,11 +6,12 @@ Transition number ``t`` (1-based, in the order added) is stored as
   shows two values);
 * ``actions`` int64 ``t``; ``rewards`` float32 ``t / 2``; ``dones`` ``t % 7 == 0``;
   ``tags`` (an extra field) int32 ``-t``;
-* the ``next_state`` given to ``add``: every element ``t + num_envs + 0.25``.
+* the ``next_state`` given to ``add``: every element ``t + num_envs`` (the state of the
+  env's next transition), except for every third transition (``t % 3 == 0``), whose next
+  state is ``t + num_envs + 0.25``: an autoreset jump, which the store keeps in its jump
+  ring (so the kill -9 and power-cut suites cover the jump ring too).
 
-So the next state the store returns for transition ``t`` is the state of transition
-``t + num_envs`` (``t + num_envs``) while that one is in the store, and the given next
-state (``t + num_envs + 0.25``) for the newest ``num_envs`` transitions.
+The store must return the given next state for every transition (next states are exact).
 """
 from __future__ import annotations
 
@@ -29,7 +30,8 @@ def step_args(first: int, num_envs: int, state_shape=STATE_SHAPE):
     transition is number ``first``."""
     ts = np.arange(first, first + num_envs, dtype=np.int64)
     states = np.broadcast_to(ts.astype(np.float32)[:, None], (num_envs,) + tuple(state_shape)).copy()
-    next_states = states + np.float32(num_envs + 0.25)
+    next_states = states + np.where(ts % 3 == 0, np.float32(num_envs + 0.25), np.float32(num_envs))[:, None]
+    next_states = next_states.astype(np.float32)
     actions = ts.copy()
     rewards = (ts / 2).astype(np.float32)
     dones = ts % 7 == 0
@@ -47,8 +49,8 @@ def add_step(buf, first: int) -> None:
 def row_problems(batch: dict, ts: np.ndarray, num_envs: int, newest: int | None) -> list[str]:
     """Why the rows of ``batch`` are not whole transitions ``ts`` (empty list when they are).
 
-    ``newest`` is the store's ``seen_size`` for an exact next-state check; None accepts
-    either source of the next state (a reader racing the writer does not know it).
+    ``newest`` is the store's ``seen_size`` (None for a reader racing the writer): next
+    states are exact either way, so it only documents what the caller knows.
     """
     problems = []
     ts = np.asarray(ts, np.int64)
@@ -66,14 +68,8 @@ def row_problems(batch: dict, ts: np.ndarray, num_envs: int, newest: int | None)
             bad.append(f"done {batch['dones'][pos]}")
         if "tags" in batch and int(batch["tags"][pos]) != -t:
             bad.append(f"tag {batch['tags'][pos]}")
-        in_ring = np.float32(t + num_envs)
-        given = np.float32(t + num_envs + 0.25)
-        if newest is None:
-            ok_ns = (nexts[pos] == in_ring).all() or (nexts[pos] == given).all()
-        else:
-            want = given if t + num_envs > newest else in_ring
-            ok_ns = (nexts[pos] == want).all()
-        if not ok_ns:
+        given = np.float32(t + num_envs + (0.25 if t % 3 == 0 else 0))
+        if not (nexts[pos] == given).all():
             bad.append(f"next_state {np.unique(nexts[pos])[:4]}")
         if bad:
             problems.append(f"slot holding transition {t}: " + ", ".join(bad))
@@ -117,7 +113,8 @@ def store_problems(buf, *, min_seen: int, max_seen: int) -> list[str]:
     batch = buf.get(np.arange(len(ts)))
     problems += row_problems(batch, ts, n, seen)
     ns = np.asarray(buf.ns_buffer).reshape(n, -1)
-    want = np.arange(seen - n + 1, seen + 1, dtype=np.float32) + np.float32(n + 0.25)
+    newest = np.arange(seen - n + 1, seen + 1)
+    want = (newest + n + np.where(newest % 3 == 0, 0.25, 0)).astype(np.float32)
     if not (ns == want[:, None]).all():
         problems.append(f"ns_buffer holds {np.unique(ns)[:8]}, expected {want}")
     sample = buf.sample(8)

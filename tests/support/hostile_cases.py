@@ -23,7 +23,8 @@ from diskreplay.counters import (W_BASE, W_BOOT, W_CHECK, W_CLEAN, W_DRAWS, W_IN
 CORRUPT = frozenset({"CorruptStoreError"})
 OK = frozenset({"ok"})
 ANY_FILE = "<any store file>"  # the message may name whichever file shows the inconsistency
-SMALL_FILES = ("store.json", "meta.bin", "checkpoint.bin", "ns_buffer.npy", "rowsums.npy", "lock")
+SMALL_FILES = ("store.json", "meta.bin", "checkpoint.bin", "ns_buffer.npy", "rowsums.npy", "jumps.npy", "jump_states.npy",
+               "lock")
 DATA_FILES = {"memmap": ("states.npy", "actions.npy", "rewards.npy", "dones.npy", "log_probs.npy"),
               "hdf5": ("data.h5",)}
 
@@ -145,7 +146,7 @@ def _store_json_cases(backend: str) -> list[Case]:
     add("top-level-string", _json_edit(lambda d: "a diskreplay store"))
     add("format-other", _set("format", "zarr"))
     add("format-missing", _drop("format"))
-    add("format_version-2", _set("format_version", 2), unsupported)
+    add("format_version-3", _set("format_version", 3), unsupported)
     add("format_version-huge", _set("format_version", 10 ** 30), unsupported)
     add("format_version-string", _set("format_version", "1"))
     add("format_version-float", _set("format_version", 1.0))

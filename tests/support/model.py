@@ -1,9 +1,12 @@
-"""A trivially correct in-memory model of the seed's Replay, with the wrap-around fix.
+"""A trivially correct in-memory model of the seed's Replay, with the wrap-around fix
+and exact next states.
 
 It keeps every transition in a list in the order added and answers "what is in slot
 i" from that list, so it shares none of the store's slot arithmetic. Its next state
-of a transition is the seed's: the state of the same env's next transition
-(``num_envs`` later), or, for the newest ``num_envs``, the ``next_state`` given to add.
+of a transition is always the ``next_state`` given to ``add`` for it (issue 15: next
+states are exact). A transition is a *jump* when that next state is not, byte for byte,
+the state of the same env's next transition (``num_envs`` later) in the list: an episode
+end by autoreset, which ends n-step chains as a done does.
 """
 from __future__ import annotations
 
@@ -54,15 +57,18 @@ class ReplayModel:
     def row(self, slot: int) -> dict:
         return self.row_at(self.slot_position(slot))
 
-    def row_at(self, pos: int, jumped: bool = False) -> dict:
-        """The transition at ``epoch[pos]`` as ``get`` returns it; ``jumped``: the store
-        recorded its next state as an exception, so it is the one given to ``add``."""
+    def row_at(self, pos: int) -> dict:
+        """The transition at ``epoch[pos]`` as ``get`` returns it: its next state is the given one."""
         row = dict(self.epoch[pos])
-        later = pos + self.num_envs
-        row["next_states"] = (self.epoch[later]["states"] if later < len(self.epoch) and not jumped
-                              else row["given_next_state"])
-        del row["given_next_state"]
+        row["next_states"] = row.pop("given_next_state")
         return row
+
+    def is_jump(self, pos: int) -> bool:
+        """Whether ``epoch[pos]``'s given next state is not the state of its env's next
+        transition (only known once that transition was added)."""
+        later = pos + self.num_envs
+        return later < len(self.epoch) and (
+            np.asarray(self.epoch[pos]["given_next_state"]).tobytes() != np.asarray(self.epoch[later]["states"]).tobytes())
 
     def get(self, idxs) -> dict:
         rows = [self.row(int(i)) for i in idxs]
@@ -75,7 +81,8 @@ class ReplayModel:
     def nstep_row(self, slot: int, n_step: int, gamma: float, jumped=frozenset()) -> dict:
         """The n-step transition at ``slot``, one successor at a time: up to ``n_step``
         transitions of its env (``num_envs`` apart, only those added), stopping after one
-        with ``dones`` or ``truncateds`` set or whose number is in ``jumped``."""
+        with ``dones`` or ``truncateds`` set, that is a jump (``is_jump``), or whose number
+        is in ``jumped`` (jumps a test makes the store report)."""
         pos = self.slot_position(slot)
         first = self.epoch[pos]
         total, m, last = 0.0, 0, pos
@@ -86,9 +93,10 @@ class ReplayModel:
             step = self.epoch[p]
             total = total + gamma ** j * np.asarray(step["rewards"], np.float64)
             m, last = m + 1, p
-            if np.any(step["dones"]) or np.any(step.get("truncateds", False)) or self.number_of(p) in jumped:
+            if (np.any(step["dones"]) or np.any(step.get("truncateds", False)) or self.is_jump(p)
+                    or self.number_of(p) in jumped):
                 break
-        row = self.row_at(last, self.number_of(last) in jumped)
+        row = self.row_at(last)
         row["states"], row["actions"] = first["states"], first["actions"]
         reward_dtype = np.asarray(first["rewards"]).dtype
         row["rewards"] = np.asarray(total).astype(reward_dtype if reward_dtype.kind == "f" else np.float32)

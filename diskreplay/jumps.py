@@ -1,0 +1,214 @@
+"""The jump ring: the exact next states that the ``i + num_envs`` rule gets wrong.
+
+States are stored once: the next state of transition ``t`` is the state of ``t + num_envs``
+(the same env's next transition). That is wrong where an episode ended and the env was
+reset (Gymnasium's autoreset): the next step starts from a fresh state, not from the next
+state given to ``add``. ``add`` sees it happen: the states a step gives for env ``e``
+differ (byte for byte) from the next states the previous step gave for ``e``, which are
+still in the ``ns_buffer``. That previous transition ``t`` is then a *jump*: its true next
+state is copied from the ``ns_buffer`` into this ring, and every read takes it from here.
+
+Two files, owned here (FORMAT.md, "jumps.npy and jump_states.npy"):
+
+* ``jumps.npy``: ``capacity`` int64 records; record ``k`` (the ``k``-th jump ever
+  recorded, from 0) is at ``k % capacity`` and holds the transition number ``t``. Record
+  numbers and transition numbers grow together, so the records of a window are sorted.
+* ``jump_states.npy``: ``capacity`` state rows, row ``k % capacity`` the true next state
+  of record ``k``. Sparse: written with ``pwrite`` (a full disk is an error of that add,
+  never a ``SIGBUS``), so it takes disk space only for the rows written.
+
+``count`` (the number of records, word ``W_JUMPS`` of ``meta.bin`` and the checkpoint's
+``jumps``) is committed with the step that wrote them. Lookups search the newest
+``max_size`` records (one per transition at most, and only the ``max_size`` newest
+transitions are in the ring). ``capacity = max_size + reserve_rows``: the writer flushes
+before the records written since the last checkpoint would exceed ``reserve_rows``, so
+after a power cut the checkpoint's window is intact (no undo copies needed), and a reader
+whose snapshot saw ``count`` may trust its window while fewer than ``room`` records were
+written since.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+
+import numpy as np
+
+from .errors import CorruptStoreError
+from .fsutil import close_fd, io_error
+from .npyfile import create_npy, expected_npy_bytes, open_npy, read_npy_header, write_npy_header
+from .schema import FieldSpec
+
+JUMPS_FILE = "jumps.npy"
+JUMP_STATES_FILE = "jump_states.npy"
+SMALL_BYTES = 4096  # up to this many bytes a step's states are compared as bytes objects
+
+try:  # memcmp compares a frame stack in microseconds; without it, numpy compares (slower)
+    _memcmp = ctypes.CDLL(None).memcmp
+    _memcmp.restype = ctypes.c_int
+    _memcmp.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t]
+except (OSError, AttributeError):
+    _memcmp = None
+
+
+def jump_capacity(max_size: int, reserve_rows: int) -> int:
+    return max_size + reserve_rows
+
+
+def create_jump_files(directory: str, states: FieldSpec, capacity: int) -> None:
+    """``jumps.npy`` preallocated; ``jump_states.npy`` a sparse file of the full size."""
+    create_npy(os.path.join(directory, JUMPS_FILE), (capacity,), np.dtype(np.int64))
+    path = os.path.join(directory, JUMP_STATES_FILE)
+    shape = (capacity,) + states.shape
+    try:
+        with open(path, "wb") as f:
+            write_npy_header(f, shape, states.dtype)
+            f.truncate(expected_npy_bytes(shape, states.dtype))
+            f.flush()
+            os.fsync(f.fileno())
+    except OSError as exc:
+        raise io_error(f"creating {path}", exc) from exc
+
+
+def same_bytes(pair, nbytes: int):
+    """``same(a, parity)``: whether the array ``a`` holds, byte for byte, what
+    ``pair[parity]`` (one of the two ``ns_buffer`` areas, ``nbytes`` each) holds; NaNs
+    compare by their bytes. Small areas as ``bytes``; large ones by ``memcmp`` at the
+    areas' fixed addresses (a frame stack in microseconds)."""
+    if nbytes <= SMALL_BYTES or _memcmp is None:
+        return lambda a, parity: a.tobytes() == pair[parity].tobytes()
+    addresses = tuple(area.ctypes.data for area in pair)  # the mapping stays while ``pair`` holds it
+
+    def same(a, parity):
+        if a.nbytes == nbytes and a.flags.c_contiguous:
+            return _memcmp(a.ctypes.data, addresses[parity], nbytes) == 0
+        return a.tobytes() == pair[parity].tobytes()
+    return same
+
+
+def rows_differ(states: np.ndarray, previous: np.ndarray) -> np.ndarray:
+    """A bool per env: whether its row of ``states`` differs in any byte from ``previous``."""
+    a = np.ascontiguousarray(states).reshape(len(states), -1).view(np.uint8)
+    b = np.ascontiguousarray(previous).reshape(len(previous), -1).view(np.uint8)
+    return (a != b).any(axis=1)
+
+
+class JumpRing:
+    """The opened jump files of a store (see the module docstring)."""
+
+    def __init__(self, directory: str, states: FieldSpec, max_size: int, reserve_rows: int, writable: bool):
+        self.capacity = jump_capacity(max_size, reserve_rows)
+        self.window = max_size
+        self.room = reserve_rows
+        self.spec = states
+        self.fd = -1
+        self.file, self.records, _ = open_npy(os.path.join(directory, JUMPS_FILE), (self.capacity,),
+                                              np.dtype(np.int64), writable)
+        try:
+            self.path = os.path.join(directory, JUMP_STATES_FILE)
+            shape = (self.capacity,) + states.shape
+            found_shape, found_dtype, self.offset = read_npy_header(self.path)
+            size = os.stat(self.path).st_size
+            expected = expected_npy_bytes(shape, states.dtype)
+            if found_shape != shape or found_dtype != states.dtype or size != expected:
+                raise CorruptStoreError(f"{self.path} holds {found_shape} {found_dtype} in {size} bytes, "
+                                        f"expected {shape} {states.dtype} in {expected} bytes")
+            self.fd = os.open(self.path, os.O_RDWR if writable else os.O_RDONLY)
+        except OSError as exc:
+            self.close()
+            raise io_error(f"opening {self.path}", exc) from exc
+        except BaseException:
+            self.close()
+            raise
+
+    # ------------------------------------------------------------------ reading
+    def committed(self, count: int, seen: int, num_envs: int) -> int:
+        """``count`` less the records of a step that was not committed: every committed
+        record is of a transition whose successor in its env was added (``t <= seen -
+        num_envs``); a writer killed after storing the count but before its commit leaves
+        records of newer transitions, which recovery and readers leave out."""
+        stop = max(0, count - num_envs)
+        while count > stop and int(self.records[(count - 1) % self.capacity]) > seen - num_envs:
+            count -= 1
+        return count
+
+    def find(self, ts: np.ndarray, count: int) -> tuple[np.ndarray, np.ndarray]:
+        """``(found, k)``: for each transition number in ``ts``, whether one of the newest
+        ``window`` of the first ``count`` records is of it, and that record's number."""
+        ts = np.asarray(ts, np.int64)
+        found = np.zeros(len(ts), bool)
+        ks = np.zeros(len(ts), np.int64)
+        lo = max(0, count - self.window)
+        if count <= lo or not len(ts):
+            return found, ks
+        start = lo % self.capacity
+        first = min(count - lo, self.capacity - start)
+        for k0, seg in ((lo, self.records[start:start + first]), (lo + first, self.records[:count - lo - first])):
+            if not len(seg):
+                continue
+            pos = np.searchsorted(seg, ts)
+            hit = pos < len(seg)
+            hit[hit] = seg[pos[hit]] == ts[hit]
+            found |= hit
+            ks[hit] = k0 + pos[hit]
+        return found, ks
+
+    def states(self, ks: np.ndarray) -> np.ndarray:
+        """The true next states of records ``ks``."""
+        spec = self.spec
+        out = np.empty((len(ks),) + spec.shape, spec.dtype)
+        flat = out.reshape(len(ks), -1).view(np.uint8)
+        for i, k in enumerate(np.asarray(ks).tolist()):
+            at = self.offset + (k % self.capacity) * spec.row_bytes
+            try:
+                raw = os.pread(self.fd, spec.row_bytes, at)
+            except OSError as exc:
+                raise io_error(f"reading {self.path}", exc) from exc
+            if len(raw) != spec.row_bytes:
+                raise CorruptStoreError(f"{self.path} is shorter than its header says")
+            flat[i] = np.frombuffer(raw, np.uint8)
+        return out
+
+    def window_records(self, count: int, first_t: int, last_t: int) -> tuple[np.ndarray, np.ndarray]:
+        """``(ts, ks)`` of the records in the window with ``first_t <= t <= last_t``, oldest first."""
+        lo = max(0, count - self.window)
+        ks = np.arange(lo, count, dtype=np.int64)
+        ts = np.asarray(self.records[ks % self.capacity], np.int64)
+        keep = (ts >= first_t) & (ts <= last_t)
+        return ts[keep], ks[keep]
+
+    # ------------------------------------------------------------------ writing
+    def append(self, count: int, ts, rows: np.ndarray) -> int:
+        """Write records ``count, count + 1, ...`` for transitions ``ts`` with true next
+        states ``rows`` (the states first, then the record); returns the new count. Not
+        committed until the count is (``counters.record_jumps``)."""
+        flat = np.ascontiguousarray(rows).reshape(len(rows), -1).view(np.uint8)
+        for i, t in enumerate(np.asarray(ts).tolist()):
+            k = (count + i) % self.capacity
+            view = memoryview(flat[i])
+            at = self.offset + k * self.spec.row_bytes
+            try:
+                while view:
+                    n = os.pwrite(self.fd, view, at)
+                    view, at = view[n:], at + n
+            except OSError as exc:
+                raise io_error(f"writing {self.path}", exc) from exc
+            self.records[k] = t
+        return count + len(rows)
+
+    def sync(self) -> None:
+        self.file.sync()
+        try:
+            os.fsync(self.fd)
+        except OSError as exc:
+            raise io_error(f"syncing {self.path}", exc) from exc
+
+    def close(self) -> None:
+        self.records = None
+        if getattr(self, "file", None) is not None:
+            self.file.close()
+            self.file = None
+        self.fd = close_fd(self.fd)
+
+
+__all__ = ["JUMPS_FILE", "JUMP_STATES_FILE", "JumpRing", "same_bytes", "create_jump_files", "jump_capacity",
+           "rows_differ"]
