@@ -16,7 +16,7 @@ and ``verify`` work below the facade; ``views``, ``stats`` and ``export`` read s
 for any Python user (and the CLI); ``prioritized`` (with ``sumtree`` and
 ``priorityargs``) holds a prioritized store's priorities; ``slm`` is the SLM-Lab drop-in.
 """
-from .errors import (CorruptStoreError, DiskReplayError, EmptyStoreError, IncompleteStoreError,
+from .errors import (CorruptStoreError, DiskReplayError, EmptyStoreError, EnvProtocolError, IncompleteStoreError,
                      IndexOutOfRangeError, InsufficientSpaceError, InterfaceMismatchError,
                      InvalidArgumentError, InvalidPriorityError, MemorySpecError, MissingDependencyError,
                      NotAStoreError, NotPrioritizedError, NStepTooLargeError, OutputExistsError, OvertakenError,
@@ -29,7 +29,7 @@ from .store import FORMAT_VERSION, DiskReplay
 
 __version__ = "0.1.0"
 
-__all__ = ["DiskReplay", "FORMAT_VERSION", "CorruptStoreError", "DiskReplayError", "EmptyStoreError",
+__all__ = ["DiskReplay", "FORMAT_VERSION", "CorruptStoreError", "DiskReplayError", "EmptyStoreError", "EnvProtocolError",
     "IncompleteStoreError", "IndexOutOfRangeError", "InsufficientSpaceError", "InterfaceMismatchError",
     "InvalidArgumentError", "InvalidPriorityError", "MemorySpecError", "MissingDependencyError", "NotAStoreError",
     "NotPrioritizedError",

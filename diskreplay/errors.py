@@ -119,8 +119,10 @@ class SlotIndexError(IndexOutOfRangeError):
 
 
 class PartialStepWarning(UserWarning):
-    """A partial env step the drop-in was buffering (``add_experience`` with num_envs > 1)
-    was dropped by ``close()`` and never reached the store."""
+    """Transitions buffered until every env had one for a whole store step were dropped by
+    ``close()`` and never reached the store: a partial env step of the SLM-Lab drop-in
+    (``add_experience`` with num_envs > 1), or the waiting transitions of
+    ``diskreplay.gym.RecordVectorTransitions`` under a next-step autoreset."""
 
 
 class DuplicateShardError(InvalidArgumentError):
@@ -158,3 +160,10 @@ class NotPrioritizedError(InvalidArgumentError):
 
 class InvalidPriorityError(InvalidArgumentError):
     """Priorities that are negative, NaN or infinite, or not one per index."""
+
+
+class EnvProtocolError(InvalidArgumentError):
+    """An environment an integration records (``sb3``, ``gym``) does not fit what it can
+    store: a space a store cannot hold (Dict, Tuple, Text, ...), an autoreset mode it does not
+    support, or a step that breaks the Gymnasium protocol (a step before ``reset()``, a
+    same-step autoreset without its final observation in ``infos``)."""

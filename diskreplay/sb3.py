@@ -19,17 +19,16 @@ import warnings
 import weakref
 
 import numpy as np
-from gymnasium import spaces
 from stable_baselines3.common.buffers import ReplayBuffer
 from stable_baselines3.common.preprocessing import get_action_dim, get_obs_shape
 from stable_baselines3.common.type_aliases import ReplayBufferSamples
 from stable_baselines3.common.utils import get_device
 
-from .errors import InvalidArgumentError, SchemaMismatchError, StoreMismatchError, StoreNotFoundError
+from .envspaces import check_holdable, check_store, open_or_create
+from .errors import InvalidArgumentError, SchemaMismatchError
 from .finals import FinalStates, transition_numbers
 from .store import DiskReplay
 
-_SPACES = (spaces.Box, spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary)
 # Stores open in this process, by directory: a buffer unpickled (load_replay_buffer) while the
 # one that saved it is still alive shares its store instead of meeting the writer's lock.
 _OPEN: "weakref.WeakValueDictionary[str, _Opened]" = weakref.WeakValueDictionary()
@@ -49,13 +48,10 @@ class _Opened:
 
 
 def _expected_fields(observation_space, action_space) -> dict:
-    for role, space in (("observation", observation_space), ("action", action_space)):
-        if not isinstance(space, _SPACES):
-            hint = (" (flatten it with gymnasium.wrappers.FlattenObservation)"
-                    if isinstance(space, (spaces.Dict, spaces.Tuple)) else "")
-            raise InvalidArgumentError(
-                f"DiskReplayBuffer stores Box, Discrete, MultiDiscrete or MultiBinary {role} spaces, "
-                f"got {space}{hint}")
+    """The store's fields in SB3's layout: observations as ``get_obs_shape`` gives them, actions
+    as ``(action_dim,)`` in the dtype SB3's ``ReplayBuffer`` casts them to, and ``timeouts``."""
+    check_holdable(observation_space, "observation", "DiskReplayBuffer")
+    check_holdable(action_space, "action", "DiskReplayBuffer")
     obs_dtype = np.dtype(observation_space.dtype)
     act_dtype = np.dtype(ReplayBuffer._maybe_cast_dtype(action_space.dtype))
     return {"states": (tuple(get_obs_shape(observation_space)), obs_dtype),
@@ -64,44 +60,25 @@ def _expected_fields(observation_space, action_space) -> dict:
             "timeouts": ((), np.dtype(bool))}
 
 
-def _describe(fields: dict) -> str:
-    return ", ".join(f"{name} {tuple(shape)} {np.dtype(dtype)}" for name, (shape, dtype) in sorted(fields.items()))
-
-
 def _open_or_create(path: str, max_size: int, n_envs: int, fields: dict, backend: str, seed, flush_every):
-    """The store at ``path`` (resumed) or a new one; checks an existing store against the spaces."""
+    """The store at ``path`` (resumed) or a new one, checked against the spaces; shared with
+    the buffers of this process that already hold it open."""
     key = os.path.realpath(path)
     opened = _OPEN.get(key)
     if opened is None or opened.store.closed:
+        if seed is None:  # SB3's set_random_seed seeds numpy's global generator: follow it (new stores only)
+            seed = lambda: int(np.random.randint(0, 2**62))  # noqa: E731
+        store = open_or_create(path, fields, n_envs, max_size, backend=backend, seed=seed,
+                               flush_every=flush_every, asker="the buffer")
         try:
-            store = DiskReplay.open(path, mode="r+")
-        except StoreNotFoundError:
-            if seed is None:  # SB3's set_random_seed seeds numpy's global generator: follow it
-                seed = int(np.random.randint(0, 2**62))
-            store = DiskReplay.create(path, max_size, num_envs=n_envs, backend=backend, seed=seed,
-                                      fields=fields, flush_every=flush_every)
-        try:
-            _check_store(store, max_size, n_envs, fields)
             opened = _Opened(store, FinalStates(store))
         except BaseException:
             store.close()
             raise
         _OPEN[key] = opened
     else:
-        _check_store(opened.store, max_size, n_envs, fields)
+        check_store(opened.store, fields, n_envs, max_size, asker="the buffer")
     return opened
-
-
-def _check_store(store: DiskReplay, max_size: int, n_envs: int, fields: dict) -> None:
-    have = {name: (tuple(shape), np.dtype(dtype)) for name, (shape, dtype) in (store.fields or {}).items()}
-    if have != fields:
-        raise StoreMismatchError(
-            f"the store at {store.path} holds {_describe(have) or 'no fields yet'}, but the env's spaces need "
-            f"{_describe(fields)}; use another path for this env")
-    if (store.max_size, store.num_envs) != (max_size, n_envs):
-        raise StoreMismatchError(
-            f"the store at {store.path} has max_size {store.max_size} with num_envs {store.num_envs}, but the "
-            f"buffer asks for {max_size} with n_envs {n_envs}; use another path or the same buffer_size and n_envs")
 
 
 class DiskReplayBuffer(ReplayBuffer):

@@ -207,15 +207,23 @@ class Session:
         return batch
 
     def get_fields(self, idxs, names: tuple) -> dict:
-        """Only the keys ``names`` (fields, ``next_states`` if wanted) of the rows at ``idxs``,
-        from one snapshot: chronological scans read no next states they do not use."""
+        """Only the keys ``names`` (fields, ``next_states`` and ``jumps`` if wanted) of the
+        rows at ``idxs``, from one snapshot: chronological scans read no next states they do
+        not use, and learn where unmarked autoresets cut episodes from the jump ring."""
         with self.mutex:
             self._enter_read()
             self.refresh()
             idxs = self._checked_idxs(idxs)
             if self.fields is None:
                 return {}
-            return self._read(lambda gather, head: (gather(idxs, names), idxs))
+            rows = tuple(name for name in names if name != "jumps")
+
+            def read(gather, head):
+                out = gather(idxs, rows) if rows else {}
+                if len(rows) < len(names):
+                    out["jumps"] = self._jumps(idxs, head)
+                return out, idxs
+            return self._read(read)
 
     def _gather_nstep(self, idxs: np.ndarray, n_step: int, gamma: float) -> dict:
         """n-step rows for ``idxs`` (``nstep.py``), every row and successor read from one snapshot."""

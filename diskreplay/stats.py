@@ -232,7 +232,7 @@ def compute_stats(buf: DiskReplay, progress: Callable[[int, int], None] | None =
     fields = buf.fields or {}
     # A store whose fields the first add has not declared yet is as empty as a declared one.
     reader = ChronoReader(buf, start, stop, rows=block_rows(buf, 2, keys=list(fields)) if fields else 1,
-                          progress=progress, fields=list(fields) or None)
+                          progress=progress, fields=list(fields) + ["jumps"] if fields else None)
     stats = {name: RunningStats(tally=keep_tallies) for name in fields}
     episodes = Episodes(buf.num_envs, starts_complete=False)
     done_count = 0
@@ -248,7 +248,7 @@ def compute_stats(buf: DiskReplay, progress: Callable[[int, int], None] | None =
             s.update(batch[name])
         if "dones" in batch:
             done_count += int(np.count_nonzero(batch["dones"]))
-            episodes.update(block.transitions, snap.env(block.positions), batch["rewards"], episode_ends(batch))
+            episodes.update(block.transitions, snap.env(block.positions), batch["rewards"], episode_ends(batch, batch["jumps"]))
     out = {
         "path": os.path.abspath(buf.path),
         "size": reader.stop - reader.start - reader.skipped,
@@ -297,12 +297,12 @@ class RecentReturns:
             return []
         if self.read_up_to == 0 and snap.first == 1:
             self.episodes.started[:] = new == snap.size  # every env's first transition is read
-        keys = ["rewards", "dones"] + ([TRUNCATION_FIELD] if TRUNCATION_FIELD in fields else [])
+        keys = ["rewards", "dones", "jumps"] + ([TRUNCATION_FIELD] if TRUNCATION_FIELD in fields else [])
         before = len(self.episodes.returns)
         reader = ChronoReader(self.buf, snap.size - new, snap.size, snap=snap, fields=keys)
         for block in reader:
             self.episodes.update(block.transitions, reader.snap.env(block.positions), block.batch["rewards"],
-                                 episode_ends(block.batch))
+                                 episode_ends(block.batch, block.batch["jumps"]))
         self.read_up_to = reader.snap.first + reader.stop - 1
         self.rows_read += reader.stop - reader.start - reader.skipped
         found = self.episodes.returns[before:]

@@ -279,7 +279,9 @@ class DiskReplay:
         rows when ``n_step > 1``, as ``sample`` describes); on a prioritized store with
         ``priorities``, each slot's stored ``p_i`` (float64). ``fields`` (names of fields,
         ``"next_states"`` among them if wanted) reads only those keys, for plain rows:
-        a scan that does not use next states does not read them."""
+        a scan that does not use next states does not read them. The name ``"jumps"``
+        adds a bool per row, True where the transition's next state is not its env's next
+        state (an autoreset that ``dones`` may not mark), from the jump ring alone."""
         self._check_open()
         if fields is not None:
             return self._session.get_fields(idxs, self._checked_keys(fields, n_step))
@@ -291,7 +293,7 @@ class DiskReplay:
         if n_step != 1:
             raise InvalidArgumentError("fields= reads plain rows; it does not combine with n_step")
         names = (fields,) if isinstance(fields, str) else tuple(fields)
-        known = list(self._session.fields or {}) + ["next_states"]
+        known = list(self._session.fields or {}) + ["next_states", "jumps"]
         unknown = [name for name in names if not isinstance(name, str) or name not in known]
         if unknown or not names:
             raise InvalidArgumentError(f"fields must name some of {', '.join(known)}; got {list(names)!r}")

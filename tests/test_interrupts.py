@@ -74,6 +74,7 @@ CASES = [(path, "add") for path in PATHS] + [("fast-vector", "flush"), ("general
 
 EXPECTED_FUNCTIONS = {  # proof that each scenario takes the path it is named after
     "fast-single": ("fastadd.py", "add"), "fast-vector": ("fastadd.py", "add"),
+    "fast-extras": ("fastadd.py", "add"),
     "general-extras": ("writer.py", "_coerced_values"), "wrapping": ("writer.py", "_write_step"),
     "flush-due": ("flushing.py", "_flush"),
 }

@@ -382,3 +382,29 @@ def test_states_are_compared_by_their_bytes(tmp_path, backend, num_envs):
         got = buf.get(np.arange(4 * n))["next_states"]
         want = np.concatenate([np.broadcast_to(nexts, (n, 2, 3)) for _, nexts in steps])
         assert got.tobytes() == want.tobytes()
+
+
+def test_stats_and_watch_cut_episodes_at_unmarked_autoresets(tmp_path, backend):
+    """An episode that ended without a done (a truncation stored as done=False, then the
+    env's reset observation) is cut where the jump ring says, by get(fields=["jumps"]),
+    stats' returns and watch's recent returns alike."""
+    from diskreplay.stats import RecentReturns, compute_stats
+
+    fields = {"states": ((2,), "float32"), "actions": ((), "int64"), "rewards": ((), "float32"),
+              "dones": ((), "bool")}
+    buf = DiskReplay.create(tmp_path / "s.replay", 20, backend=backend, fields=fields)
+    obs = lambda v: np.full(2, v, np.float32)  # noqa: E731
+    for i in range(3):
+        buf.add(obs(i), 0, 1.0, obs(i + 1), False)
+    for i in range(2):  # the reset observation 100 follows the final observation 3
+        buf.add(obs(100 + i), 0, 2.0, obs(101 + i), i == 1)
+    assert buf.get(np.arange(5), fields=["jumps"])["jumps"].tolist() == [False, False, True, False, False]
+    assert set(buf.get([0], fields=["dones", "jumps"])) == {"dones", "jumps"}
+    episodes = compute_stats(buf)["episodes"]
+    assert episodes["complete_episodes"] == 2
+    assert (episodes["return_min"], episodes["return_max"]) == (3.0, 4.0)
+    with DiskReplay.open(buf.path, mode="r") as reader:
+        assert reader.get(np.arange(5), fields=["jumps"])["jumps"].tolist() == [False, False, True, False, False]
+        found = RecentReturns(reader).poll()
+    buf.close()
+    assert [r for _, _, r in found] == [3.0, 4.0]

@@ -17,7 +17,7 @@ from stable_baselines3.common.buffers import ReplayBuffer
 from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.vec_env import VecNormalize
 
-from diskreplay import DiskReplay, InvalidArgumentError, NotAStoreError, SchemaMismatchError, StoreMismatchError
+from diskreplay import DiskReplay, EnvProtocolError, InvalidArgumentError, NotAStoreError, SchemaMismatchError, StoreMismatchError
 from diskreplay.sb3 import DiskReplayBuffer
 
 torch.set_num_threads(1)  # small networks: threads only fight over the shared cores
@@ -185,9 +185,9 @@ def test_bad_spaces_and_paths_are_refused_when_the_buffer_is_built(tmp_path):
     act = gym.spaces.Discrete(2)
     with pytest.raises(InvalidArgumentError, match="path"):
         DiskReplayBuffer(10, box, act, device="cpu")
-    with pytest.raises(InvalidArgumentError, match="FlattenObservation"):
+    with pytest.raises(EnvProtocolError, match="FlattenObservation"):
         DiskReplayBuffer(10, gym.spaces.Dict({"a": box}), act, device="cpu", path=tmp_path / "dict.replay")
-    with pytest.raises(InvalidArgumentError, match="Text"):
+    with pytest.raises(EnvProtocolError, match="Text"):
         DiskReplayBuffer(10, gym.spaces.Text(5), act, device="cpu", path=tmp_path / "text.replay")
     (tmp_path / "notes").mkdir()
     (tmp_path / "notes" / "todo.txt").write_text("not a store")

@@ -12,7 +12,8 @@ STATE_SHAPE = (3,)
 PATHS = {
     "fast-single": (dict(num_envs=1, max_size=7), False, "python"),
     "fast-vector": (dict(num_envs=3, max_size=12), False, "arrays"),
-    "general-extras": (dict(num_envs=2, max_size=9), True, "arrays"),
+    "fast-extras": (dict(num_envs=2, max_size=9), True, "arrays"),
+    "general-extras": (dict(num_envs=2, max_size=9), True, "lists"),
     "wrapping": (dict(num_envs=3, max_size=10), False, "arrays"),
     "flush-due": (dict(num_envs=2, max_size=8, flush_every=1), False, "arrays"),
 }
@@ -41,6 +42,8 @@ def step(name: str, t: int):
     next_states = states + n
     actions, rewards, dones = ts.astype(np.int64), (ts / 4).astype(np.float32), ts % 5 == 0
     extra = {"costs": ts * 1.5} if extras else {}
+    if style == "lists":  # values to convert: the general path, whatever the fast one takes
+        return (states, actions.tolist(), rewards, next_states, dones), {"costs": extra["costs"].tolist()}
     if n == 1:
         if style == "python":
             return (states[0], int(actions[0]), float(rewards[0]), next_states[0], bool(dones[0])), extra
