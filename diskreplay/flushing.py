@@ -90,16 +90,23 @@ class Flushing:
         self._set_flush_limit()
 
     def _set_flush_limit(self) -> None:
-        """The newest transition an add may write before a flush is due: past it, a slot
-        would be overwritten that the newest checkpoint holds no undo copy of."""
+        """The newest transition an add may write before a flush is due: ``reserve_rows``
+        past the newest checkpoint. Past it, a slot would be overwritten that the checkpoint
+        holds no undo copy of; before the ring's first wrap nothing is overwritten, but the
+        same limit holds there too, so that no flush has more than ``reserve_rows`` rows to
+        sum and sync (the first flush would otherwise take the whole ring: seconds on a
+        large store, all on one add)."""
         if self.fields is None:
             self.flush_before = self.jump_limit = 1 << 62
             return
         c = self.checkpoint
         # The jump ring keeps reserve_rows records of room beyond the checkpoint's window (jumps.py).
+        # Records since the checkpoint are of transitions after c.seen - num_envs, so the row
+        # limit below implies this one; it stays as the rule the jump ring relies on.
         self.jump_limit = (c.jumps if c else self.jcount) + self.reserve_rows
-        limit = max(c.seen + self.reserve_rows, self.base + self.max_size) if c else self.base + self.max_size
-        if c is not None and c.base != self.base:
+        if c is not None and c.base == self.base:
+            limit = c.seen + self.reserve_rows
+        else:  # no checkpoint of this ring yet (a reset not yet flushed): only the wrap needs one
             limit = self.base + self.max_size
         flush_every = self.desc["flush_every"]
         if flush_every is not None:

@@ -241,6 +241,9 @@ class DiskReplaySystem(System):
     def touch(self):
         for arr in self.buf._session.storage.arrays.values():
             arr[:] = 0
+        # Written behind the store's back, these pages are dirty, and the first flush (an add's,
+        # once the reserve is used) would otherwise pay for syncing the whole warm-up.
+        self.buf.flush()
 
     def add(self, s, a, r, ns, d):
         self.buf.add(s, a, r, ns, d)

@@ -118,8 +118,9 @@ def test_jumps_after_reset_and_on_the_first_step(tmp_path, backend):
 
 def test_the_jump_ring_forces_a_flush_before_it_outgrows_its_room(tmp_path, backend):
     """Records written since the last checkpoint never exceed ``reserve_rows`` (the ring's
-    room beyond the checkpoint's window): large rows give a small reserve, and a ring that
-    has not wrapped needs no flush for its rows, so only the jump ring can force it."""
+    room beyond the checkpoint's window): large rows give a small reserve, and every step
+    jumps. (The row limit, ``reserve_rows`` transitions past the checkpoint even before the
+    first wrap, implies the records' limit; both hold here.)"""
     fields = {"states": ((1 << 20,), "uint8"), "actions": ((), "int64"), "rewards": ((), "float32"),
               "dones": ((), "bool")}
     rng = np.random.default_rng(0)
