@@ -97,8 +97,10 @@ class CheckpointFile:
             os.close(self.fd)
             raise CorruptStoreError(f"{self.path} is {size} bytes, expected {layout.file_bytes} bytes")
 
-    def read_header(self, slot: int) -> Checkpoint | None:
-        """The slot's header if header and body checksums hold, else None."""
+    def read_header(self, slot: int, body_crc_known: int | None = None) -> Checkpoint | None:
+        """The slot's header if header and body checksums hold, else None. ``body_crc_known``:
+        the body's CRC as ``write`` computed it from the bytes it wrote, compared instead of
+        reading the body back (16 MiB on a default reserve: tens of ms in every flush)."""
         raw = os.pread(self.fd, _HEADER.size, self.layout.slot_offset(slot))
         if len(raw) != _HEADER.size:
             return None
@@ -119,14 +121,15 @@ class CheckpointFile:
         if not (0 <= base <= seen < limit and draws < limit and resets < limit and first < limit
                 and count <= self.layout.reserve_rows and jumps < limit):
             return None
-        if self._body_crc(slot) != body_crc:
+        if (self._body_crc(slot) if body_crc_known is None else body_crc_known) != body_crc:
             return None
         return Checkpoint(slot, generation, seen, base, draws, resets, first, count, flush_ns, jumps)
 
     def _body_crc(self, slot: int) -> int:
-        crc = 0
-        pos = self.layout.slot_offset(slot) + HEADER_BYTES
-        remaining = self.layout.body_bytes
+        return self._crc_range(self.layout.slot_offset(slot) + HEADER_BYTES, self.layout.body_bytes)
+
+    def _crc_range(self, pos: int, remaining: int, crc: int = 0) -> int:
+        """CRC-32 (continuing ``crc``) of ``remaining`` bytes of the file from ``pos``; -1 if short."""
         while remaining > 0:
             chunk = os.pread(self.fd, min(remaining, 8 << 20), pos)
             if not chunk:
@@ -148,22 +151,29 @@ class CheckpointFile:
         return max(found, key=lambda c: c.generation) if found else None
 
     def write(self, slot: int, generation: int, seen: int, base: int, draws: int, resets: int,
-              ns_rows: np.ndarray, reserve_first: int, reserve_parts: dict, jumps: int = 0) -> None:
-        """Write a whole slot and fsync it. ``reserve_parts[name]`` is a list of row blocks
-        (views into the ring) holding the rows from ``reserve_first`` on, in order."""
+              ns_rows: np.ndarray, reserve_first: int, reserve_parts: dict, jumps: int = 0) -> int:
+        """Write a whole slot and fsync it; return the body's CRC. ``reserve_parts[name]`` is
+        a list of row blocks (views into the ring) holding the rows from ``reserve_first`` on,
+        in order, for every field in the layout's order."""
         base_off = self.layout.slot_offset(slot) + HEADER_BYTES
-        self._pwrite(ns_rows, base_off)
+        # The body checksum covers the whole region as it is in the file, unused rows too,
+        # because that is what recovery reads back. It is computed from the bytes as they are
+        # written (the body is laid out in field order, each field's reserve contiguous), and
+        # only the unused rows of each field are read back from the file.
+        body_crc = zlib.crc32(self._pwrite(ns_rows, base_off))
         count = 0
-        for name, blocks in reserve_parts.items():
+        for name, spec in self.layout.fields.items():
             pos = base_off + self.layout.field_offsets[name]
             rows = 0
-            for block in blocks:
-                self._pwrite(block, pos)
+            for block in reserve_parts[name]:
+                body_crc = zlib.crc32(self._pwrite(block, pos), body_crc)
                 pos += block.nbytes
                 rows += len(block)
+            if rows < self.layout.reserve_rows:
+                body_crc = self._crc_range(pos, (self.layout.reserve_rows - rows) * spec.row_bytes, body_crc)
+                if body_crc < 0:
+                    raise CorruptStoreError(f"{self.path} is shorter than its layout")
             count = rows
-        # The body checksum covers the whole region as it is in the file, unused rows too,
-        # because that is what recovery reads back.
         flush_ns = time.time_ns()
         header = _HEADER.pack(MAGIC, 2, slot, generation, seen, base, draws, resets,
                               reserve_first, count, flush_ns, jumps, self.layout.body_bytes, 0, 0)
@@ -171,7 +181,6 @@ class CheckpointFile:
             os.fsync(self.fd)
         except OSError as exc:
             raise io_error(f"syncing {self.path}", exc) from exc
-        body_crc = self._body_crc(slot)
         header = header[:-8] + struct.pack("<I", body_crc)
         header += struct.pack("<I", zlib.crc32(header))
         self._pwrite(header, self.layout.slot_offset(slot))
@@ -179,9 +188,12 @@ class CheckpointFile:
             os.fsync(self.fd)
         except OSError as exc:
             raise io_error(f"syncing {self.path}", exc) from exc
+        return body_crc
 
-    def _pwrite(self, data, offset: int) -> None:
-        view = memoryview(np.ascontiguousarray(data)).cast("B") if isinstance(data, np.ndarray) else memoryview(data)
+    def _pwrite(self, data, offset: int) -> memoryview:
+        """Write all of ``data`` at ``offset``; return the bytes written (for their CRC)."""
+        whole = memoryview(np.ascontiguousarray(data)).cast("B") if isinstance(data, np.ndarray) else memoryview(data)
+        view = whole
         try:
             while view:
                 n = os.pwrite(self.fd, view, offset)
@@ -189,6 +201,7 @@ class CheckpointFile:
                 offset += n
         except OSError as exc:
             raise io_error(f"writing {self.path}", exc) from exc
+        return whole
 
     def read_reserve_rows(self, slot: int, name: str, ks: np.ndarray) -> np.ndarray:
         spec = self.layout.fields[name]

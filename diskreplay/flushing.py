@@ -81,10 +81,10 @@ class Flushing:
         slot = generation % 2
         if self.prio is not None:  # its snapshot of this generation is durable before the header is
             self.prio.checkpoint(generation, seen, base)
-        ckfile.write(slot, generation=generation, seen=seen, base=base, draws=self.sampler.draws,
-                     resets=self.resets, ns_rows=ns_rows,
-                     reserve_first=first_overwrite if count else seen + 1, reserve_parts=parts, jumps=self.jcount)
-        self.checkpoint = ckfile.read_header(slot)
+        body_crc = ckfile.write(slot, generation=generation, seen=seen, base=base, draws=self.sampler.draws,
+                                resets=self.resets, ns_rows=ns_rows, reserve_first=first_overwrite if count else seen + 1,
+                                reserve_parts=parts, jumps=self.jcount)
+        self.checkpoint = ckfile.read_header(slot, body_crc)  # the header read back; the body's CRC as written
         if self.checkpoint is None:
             raise StoreIOError(f"{ckfile.path}: the checkpoint just written does not read back")
         self._set_flush_limit()

@@ -56,3 +56,27 @@ def test_the_general_add_keeps_the_limit_too(tmp_path, backend):
             buf.add(state, 0, 0.0, state, False)
             assert _unflushed(buf) <= session.reserve_rows
         assert session.checkpoint.seen >= 130 - session.reserve_rows and buf.seen_size == 130
+
+
+@pytest.mark.parametrize("max_size", [40, 100])
+def test_the_checkpoint_crc_computed_as_written_matches_the_file(tmp_path, backend, max_size):
+    """``CheckpointFile.write`` computes the body's CRC from the bytes it writes (reading back
+    only the unused reserve rows) and the flush no longer reads the body back: the CRC in
+    each header must equal one computed from the file, with a reserve wholly unused (before
+    the wrap), partly used (the wrap inside it) and full (after the wrap)."""
+    rng = np.random.default_rng(3)
+    with DiskReplay.create(tmp_path / "s", max_size, backend=backend, fields=FIELDS) as buf:
+        session = buf._session
+        ckfile = session.data.ckfile
+        counts = {}
+        for i in range(3 * max_size):
+            state = rng.integers(0, 255, 1 << 18, dtype=np.uint8)
+            buf.add(state, i, float(i), state, False)
+            c = session.checkpoint
+            if c.generation not in counts:
+                counts[c.generation] = c.reserve_count
+                assert ckfile.read_header(c.slot) == c, f"generation {c.generation}"  # the body read back
+        reserve = session.reserve_rows
+        assert 0 in counts.values() and reserve in counts.values()
+        if max_size == 100:  # reserve 63: the flush at seen 63 copies 26 rows (101..126) of 63
+            assert any(0 < n < reserve for n in counts.values())
