@@ -7,7 +7,8 @@ Each call takes the session's mutex, does cheap checks on cached shapes, dtypes,
 and value ranges, then the commit protocol of ``counters.begin_step`` / ``commit_step``
 written inline (a call per step would cost a measurable share of an add). Anything the
 checks do not accept (so every value is known to store exactly before the first row is
-touched), a step that wraps the ring end or is due for a flush, a step whose states
+touched), a step that wraps the ring end or is due for a flush or for the flush's
+early work (``w.due``: ``Flushing._work_early``), a step whose states
 differ in any byte from the next states the previous step gave (a jump: the general path
 records it in the jump ring, ``jumps.py``; this one byte comparison is all a fast add
 pays for exact next states), a writer that is no longer ``live``, and a call made while
@@ -58,7 +59,7 @@ def fast_add(w):
                 return general(state, action, reward, next_state, done, extra)
             seen = w.seen
             t = seen + 1
-            if t > w.flush_before or (state.tobytes() != ns_pair[seen & 1].tobytes() if small
+            if t > w.due or (state.tobytes() != ns_pair[seen & 1].tobytes() if small
                                       else not same(state, seen & 1)):
                 return general(state, action, reward, next_state, done, extra)
             try:
@@ -123,7 +124,7 @@ def fast_vector_add(w):
             t_end = seen + n
             start = (seen - w.base) % max_size
             stop = start + n
-            if stop > max_size or t_end > w.flush_before or (
+            if stop > max_size or t_end > w.due or (
                     state.tobytes() != ns_pair[(seen // n) & 1].tobytes() if small
                     else not same(state, (seen // n) & 1)):
                 return general(state, action, reward, next_state, done, extra)

@@ -9,6 +9,7 @@ stays small; it uses the writer's attributes (``data``, ``words``, ``checkpoint`
 """
 from __future__ import annotations
 
+import mmap
 import sys
 import time
 
@@ -17,8 +18,10 @@ import numpy as np
 from . import ring
 from .counters import W_DRAWS, W_FLUSH_NS
 from .errors import DiskReplayError, StoreIOError
-from .fsutil import io_error
+from .fsutil import io_error, start_writeback
 from .rowsums import update_sums
+
+EARLY_BYTES = 1 << 20  # rows handed to writeback ahead of the flush, per block
 
 
 class Flushing:
@@ -54,6 +57,7 @@ class Flushing:
         if self.fields is None:
             self.counters.sync()
             return
+        self._work_early()  # the last rows' writeback runs while the sums are computed
         summed = self.checkpoint.seen if self.checkpoint is not None else 0
         update_sums(self.data.sums, self.data.storage.arrays, summed, self.seen, self.base, self.max_size)
         self.data.sync_rows()
@@ -89,6 +93,34 @@ class Flushing:
             raise StoreIOError(f"{ckfile.path}: the checkpoint just written does not read back")
         self._set_flush_limit()
 
+    def _work_early(self) -> None:
+        """Start the writeback of the committed rows written since the last call
+        (``written_back``), whole pages of each field's byte range (``fsutil.start_writeback``),
+        so that the next flush's fsync finds them mostly on disk. Runs before a step begins
+        (nothing in flight), every ``EARLY_BYTES`` of rows. Only a hint to the kernel: what
+        is durable is still decided by the flush alone. (The row sums stay in the flush:
+        summing a block here made one add in four cost about 1 ms on W3's frames.)"""
+        lo, hi = self.written_back, self.seen
+        if hi > lo:
+            first = max(lo, self.base, hi - self.max_size)  # transitions (first, hi] are in the ring
+            start, count = ring.slot_of(first + 1, self.base, self.max_size), hi - first
+            for fd, offset, row_bytes in self.data.storage.locations.values():
+                for a, b in ((start, min(start + count, self.max_size)), (0, max(0, start + count - self.max_size))):
+                    # Whole pages only: the page the next rows go on stays out of writeback (a
+                    # write to a page under writeback may have to wait for it); consecutive
+                    # blocks tile, each taking the page the one before left.
+                    lo_byte, hi_byte = _page_floor(offset + a * row_bytes), _page_floor(offset + b * row_bytes)
+                    start_writeback(fd, lo_byte, hi_byte - lo_byte)
+        self._plan_early_work(hi)
+
+    def _plan_early_work(self, done: int) -> None:
+        """``due``: the transition past which an add takes the general path, which flushes
+        (``flush_before``) or starts writeback (``_work_early``): the fast adds test this one number."""
+        self.written_back = done
+        row_bytes = sum(spec.row_bytes for spec in self.fields.values())
+        self.early_at = done + max(self.num_envs, EARLY_BYTES // max(1, row_bytes))
+        self.due = min(self.flush_before, self.early_at)
+
     def _set_flush_limit(self) -> None:
         """The newest transition an add may write before a flush is due: ``reserve_rows``
         past the newest checkpoint. Past it, a slot would be overwritten that the checkpoint
@@ -97,7 +129,8 @@ class Flushing:
         sum and sync (the first flush would otherwise take the whole ring: seconds on a
         large store, all on one add)."""
         if self.fields is None:
-            self.flush_before = self.jump_limit = 1 << 62
+            self.flush_before = self.jump_limit = self.due = self.early_at = 1 << 62
+            self.written_back = 0
             return
         c = self.checkpoint
         # The jump ring keeps reserve_rows records of room beyond the checkpoint's window (jumps.py).
@@ -112,6 +145,11 @@ class Flushing:
         if flush_every is not None:
             limit = min(limit, self.seen + flush_every * self.num_envs)
         self.flush_before = limit
+        self._plan_early_work(self.seen)
+
+
+def _page_floor(n: int) -> int:
+    return n - n % mmap.PAGESIZE
 
 
 def initial_checkpoint(specs: dict, num_envs: int):

@@ -205,6 +205,8 @@ class Writer(Flushing, Session):
         new = int(jumped.sum())
         if t_end > self.flush_before or self.jcount + new > self.jump_limit:
             self._flush_now()
+        elif t_end > self.early_at:
+            self._work_early()
         words = self.words
         begin_step(words, t_end)
         start, fit = ring.step_slots(seen, self.base, self.max_size, n)
