@@ -214,16 +214,6 @@ class CheckpointFile:
             flat[i] = np.frombuffer(raw, np.uint8)
         return out
 
-    def read_reserve_block(self, slot: int, name: str, k: int, count: int) -> np.ndarray:
-        """Reserve rows ``k .. k + count - 1`` of a field, in one read."""
-        spec = self.layout.fields[name]
-        nbytes = count * spec.row_bytes
-        raw = os.pread(self.fd, nbytes, self.layout.reserve_row_offset(slot, name, k)) if (
-            0 <= k <= k + count <= self.layout.reserve_rows) else b""
-        if len(raw) != nbytes:
-            raise CorruptStoreError(f"{self.path}: reserve rows {k}..{k + count - 1} of {name} cannot be read")
-        return np.frombuffer(raw, spec.dtype).reshape((count,) + spec.shape)
-
     def read_ns(self, slot: int, num_envs: int) -> np.ndarray:
         spec = self.layout.fields["states"]
         raw = os.pread(self.fd, self.layout.ns_bytes, self.layout.slot_offset(slot) + HEADER_BYTES)

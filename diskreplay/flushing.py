@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import mmap
 import sys
-import threading
 import time
-from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -24,35 +22,6 @@ from .fsutil import io_error, start_writeback
 from .rowsums import update_sums
 
 EARLY_BYTES = 1 << 20  # rows handed to writeback ahead of the flush, per block
-BACKGROUND = True  # checkpoints half-way to the limit on a thread (tests turn it off to compare)
-
-
-@dataclass
-class _Snapshot:
-    seen: int
-    base: int
-    draws: int
-    resets: int
-    jumps: int
-    generation: int
-    summed: int  # rows after this transition have no row sum yet
-    ns_rows: np.ndarray  # a copy: adds go on writing the ns_buffer
-
-
-@dataclass
-class _Background:
-    """A checkpoint being written on a thread: of ``snap``, with the rows up to
-    ``copied_upto`` copied from the reserve of ``previous``."""
-
-    snap: _Snapshot
-    previous: object
-    copied_upto: int
-    lock: threading.Lock = field(default_factory=threading.Lock)
-    running: bool = False  # the thread began (under ``lock``): it will set ``done``
-    cancelled: bool = False  # the writer gave it up before it began (under ``lock``)
-    done: threading.Event = field(default_factory=threading.Event)
-    checkpoint: object = None
-    error: BaseException | None = None
 
 
 class Flushing:
@@ -84,114 +53,44 @@ class Flushing:
         self.live = False
 
     def _flush(self) -> None:
-        self._finish_background(wait=True)  # one checkpoint writer at a time; then a flush of its own
         self.words[W_DRAWS] = self.sampler.draws
         if self.fields is None:
             self.counters.sync()
             return
         self._work_early()  # the last rows' writeback runs while the sums are computed
-        self.checkpoint = self._write_snapshot(self._snapshot(), None, 0)
-        self._set_flush_limit()
-
-    def _snapshot(self) -> "_Snapshot":
-        """What a checkpoint of the state now holds, taken between steps (nothing in flight)."""
-        c = self.checkpoint
-        seen, base = self.seen, self.base
-        ns_rows = self.current_ns().copy() if seen > base else np.zeros_like(self.data.ns[0])
-        return _Snapshot(seen, base, self.sampler.draws, self.resets, self.jcount,
-                         (c.generation + 1) if c else 1, c.seen if c else 0, ns_rows)
-
-    def _write_snapshot(self, snap: "_Snapshot", previous, copied_upto: int):
-        """Make the rows up to ``snap.seen`` durable (row sums, then sync), then write the
-        checkpoint of ``snap`` into the slot that does not hold the newest one, and return it.
-
-        The undo reserve holds the rows that transitions ``(seen, seen + reserve_rows]`` will
-        overwrite, as they are at ``seen``. Those up to ``copied_upto`` are copied from the
-        reserve of ``previous`` (a background checkpoint: adds go on meanwhile, up to that
-        limit, and may already have overwritten their slots in the ring; ``previous`` holds
-        them as they were at its own flush, which is how they still were at ``seen``, since no
-        transition between the two wrote those slots); the others come from the ring."""
-        data, base, m, seen = self.data, snap.base, self.max_size, snap.seen
-        update_sums(data.sums, data.storage.arrays, snap.summed, seen, base, m)
-        data.sync_rows()
+        summed = self.checkpoint.seen if self.checkpoint is not None else 0
+        update_sums(self.data.sums, self.data.storage.arrays, summed, self.seen, self.base, self.max_size)
+        self.data.sync_rows()
         self.words[W_FLUSH_NS] = time.time_ns()
         self.counters.sync()
+        self._write_checkpoint()
+
+    def _write_checkpoint(self) -> None:
+        seen, base, m = self.seen, self.base, self.max_size
+        generation = (self.checkpoint.generation + 1) if self.checkpoint else 1
         first_overwrite = max(seen + 1, base + m + 1)
         count = max(0, seen + self.reserve_rows - first_overwrite + 1)
-        from_previous = max(0, min(count, copied_upto - first_overwrite + 1)) if previous is not None else 0
-        ckfile = data.ckfile
         parts = {}
-        for name, arr in data.storage.arrays.items():
+        for name, arr in self.data.storage.arrays.items():
             blocks = []
-            if from_previous:
-                blocks.append(ckfile.read_reserve_block(previous.slot, name, first_overwrite - previous.reserve_first,
-                                                        from_previous))
-            if count > from_previous:
-                start = ring.slot_of(first_overwrite + from_previous, base, m)
-                end = min(start + count - from_previous, m)
+            if count:
+                start = ring.slot_of(first_overwrite, base, m)
+                end = min(start + count, m)
                 blocks.append(arr[start:end])
-                if end - start < count - from_previous:
-                    blocks.append(arr[: count - from_previous - (end - start)])
+                if end - start < count:
+                    blocks.append(arr[: count - (end - start)])
             parts[name] = blocks
-        slot = snap.generation % 2
+        ns_rows = self.current_ns() if seen > base else np.zeros_like(self.data.ns[0])
+        ckfile = self.data.ckfile
+        slot = generation % 2
         if self.prio is not None:  # its snapshot of this generation is durable before the header is
-            self.prio.checkpoint(snap.generation, seen, base)
-        body_crc = ckfile.write(slot, generation=snap.generation, seen=seen, base=base, draws=snap.draws,
-                                resets=snap.resets, ns_rows=snap.ns_rows,
-                                reserve_first=first_overwrite if count else seen + 1, reserve_parts=parts,
-                                jumps=snap.jumps)
-        checkpoint = ckfile.read_header(slot, body_crc)  # the header read back; the body's CRC as written
-        if checkpoint is None:
+            self.prio.checkpoint(generation, seen, base)
+        body_crc = ckfile.write(slot, generation=generation, seen=seen, base=base, draws=self.sampler.draws,
+                                resets=self.resets, ns_rows=ns_rows, reserve_first=first_overwrite if count else seen + 1,
+                                reserve_parts=parts, jumps=self.jcount)
+        self.checkpoint = ckfile.read_header(slot, body_crc)  # the header read back; the body's CRC as written
+        if self.checkpoint is None:
             raise StoreIOError(f"{ckfile.path}: the checkpoint just written does not read back")
-        return checkpoint
-
-    # ------------------------------------------------------------------ the background checkpoint
-    def _start_background(self) -> None:
-        """Write the next checkpoint on a thread while adds go on, up to the newest
-        checkpoint's limit (``flush_before``), which the thread's checkpoint covers too."""
-        job = _Background(self._snapshot(), self.checkpoint, self.flush_before)
-        thread = threading.Thread(target=self._run_background, args=(job,), daemon=True,
-                                  name=f"diskreplay flush {self.path}")
-        try:
-            self.background = job
-            thread.start()
-        except BaseException:  # Ctrl-C before or inside start(): the thread runs only if it began
-            with job.lock:
-                if not job.running:
-                    job.cancelled = True
-                    self.background = None
-            raise
-        self.soft_at = 1 << 62  # one at a time
-        self.due = min(self.flush_before, self.early_at)
-
-    def _run_background(self, job: "_Background") -> None:
-        with job.lock:
-            if job.cancelled:
-                return
-            job.running = True
-        try:
-            job.checkpoint = self._write_snapshot(job.snap, job.previous, job.copied_upto)
-        except BaseException as exc:  # reported to the writer's thread by _finish_background
-            job.error = exc
-        finally:
-            job.done.set()
-            self.due = 0  # the next add takes the general path, which takes the checkpoint over
-
-    def _finish_background(self, wait: bool) -> None:
-        """Take over the background checkpoint once it is written (waiting for it if
-        ``wait``): it becomes the newest checkpoint and sets the next limits. A failure
-        fails the writer as a failed flush does."""
-        job = self.background
-        if job is None or not (wait or job.done.is_set()):
-            return
-        job.done.wait()
-        self.background = None
-        if job.error is not None:
-            self._fail(job.error)
-            if isinstance(job.error, OSError) and not isinstance(job.error, DiskReplayError):
-                raise io_error(f"flushing {self.path}", job.error) from job.error
-            raise job.error
-        self.checkpoint = job.checkpoint
         self._set_flush_limit()
 
     def _work_early(self) -> None:
@@ -220,7 +119,7 @@ class Flushing:
         self.written_back = done
         row_bytes = sum(spec.row_bytes for spec in self.fields.values())
         self.early_at = done + max(self.num_envs, EARLY_BYTES // max(1, row_bytes))
-        self.due = min(self.flush_before, self.early_at, self.soft_at)
+        self.due = min(self.flush_before, self.early_at)
 
     def _set_flush_limit(self) -> None:
         """The newest transition an add may write before a flush is due: ``reserve_rows``
@@ -230,7 +129,7 @@ class Flushing:
         sum and sync (the first flush would otherwise take the whole ring: seconds on a
         large store, all on one add)."""
         if self.fields is None:
-            self.flush_before = self.jump_limit = self.due = self.early_at = self.soft_at = 1 << 62
+            self.flush_before = self.jump_limit = self.due = self.early_at = 1 << 62
             self.written_back = 0
             return
         c = self.checkpoint
@@ -246,14 +145,6 @@ class Flushing:
         if flush_every is not None:
             limit = min(limit, self.seen + flush_every * self.num_envs)
         self.flush_before = limit
-        # Half-way to the limit, the next checkpoint starts on a thread (_start_background), so
-        # that adds rarely wait for one; not for prioritized stores (their priorities file has a
-        # snapshot per checkpoint, written by the writer's thread) nor with flush_every (the
-        # caller asked for a flush by the add).
-        half = self.reserve_rows // 2 // self.num_envs * self.num_envs
-        background = (BACKGROUND and self.prio is None and flush_every is None and c is not None
-                      and c.base == self.base and half >= self.num_envs and self.background is None)
-        self.soft_at = c.seen + half if background else 1 << 62
         self._plan_early_work(self.seen)
 
 

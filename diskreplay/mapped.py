@@ -8,15 +8,11 @@ from __future__ import annotations
 
 import mmap
 import os
-import sys
 
 import numpy as np
 
 from .errors import CorruptStoreError
 from .fsutil import close_fd, io_error
-
-
-_FSYNC_WRITES_MAPPINGS = sys.platform.startswith("linux")
 
 
 class MappedFile:
@@ -107,16 +103,9 @@ class MappedFile:
         return [m for m in (self.mm, self.rmm) if m is not None]
 
     def sync(self) -> None:
-        """Write dirty pages of the mapping to disk (msync, then fsync for the metadata).
-
-        On Linux the fsync alone does both: a page written through a shared mapping is
-        dirty in the page cache from its write fault on, and ``msync(MS_SYNC)`` is an fsync
-        of the range there. Python's ``mmap.flush`` holds the GIL through the msync (tens
-        of ms for a reserve of frames), which would stall every other thread of the process
-        for the background checkpoint (``flushing.py``); ``os.fsync`` releases it."""
+        """Write dirty pages of the mapping to disk (msync, then fsync for the metadata)."""
         try:
-            if not _FSYNC_WRITES_MAPPINGS:
-                self.mm.flush()
+            self.mm.flush()
             os.fsync(self.fd)
         except OSError as exc:
             raise io_error(f"syncing {self.path}", exc) from exc

@@ -95,7 +95,6 @@ class Writer(Flushing, Session):
 
     def _open_state(self) -> None:
         self.live = False
-        self.background = None  # a checkpoint being written on a thread (flushing.py)
         self.failed: BaseException | None = None
         if self.lock is None:
             if not os.access(self.directory, os.W_OK):
@@ -204,14 +203,8 @@ class Writer(Flushing, Session):
         previous = self.data.ns[(seen // n) & 1]  # the other parity's area: this step leaves it intact
         jumped = rows_differ(values[0], previous) if seen > self.base else np.zeros(n, bool)
         new = int(jumped.sum())
-        if self.background is not None:
-            self._finish_background(wait=False)  # take over a background checkpoint once written
         if t_end > self.flush_before or self.jcount + new > self.jump_limit:
-            self._finish_background(wait=True)  # it may be the flush this step needs
-            if t_end > self.flush_before or self.jcount + new > self.jump_limit:
-                self._flush_now()
-        elif t_end > self.soft_at:
-            self._start_background()
+            self._flush_now()
         elif t_end > self.early_at:
             self._work_early()
         words = self.words
@@ -385,10 +378,6 @@ class Writer(Flushing, Session):
             self.counters.sync()
 
     def _release(self) -> None:
-        job = getattr(self, "background", None)
-        if job is not None:  # its thread uses the files: let it finish (a failure no longer matters)
-            job.done.wait()
-            self.background = None
         self.live = False  # held references to the fast add must not store into the files
         # An add interrupted by a signal handler that closed the store resumes after the
         # handler returns: read-only views make its remaining stores raise, not write.
