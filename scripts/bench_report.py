@@ -49,7 +49,7 @@ def render(data) -> str:
             "| workload | system | metric | median | spread | x seed | x numpy | x np.memmap | x h5py | x best peer |",
             "|---|---|---|---:|---:|---:|---:|---:|---:|---|"]
     for w, systems in res.items():
-        if w == "W3lat":
+        if w in ("W3lat", "W3pace"):
             continue
         for name, metrics in systems.items():
             for key in MAIN_METRICS:
@@ -73,11 +73,13 @@ def render(data) -> str:
                    f"{g('cold_bytes_per_batch', 1 / 1024, 0)} | {v['resident_pages_before_batch']['max']:.0f} | "
                    f"{g('loop_ms_serial')} | {g('loop_ms_prefetch')} | {g('loop_prefetch_speedup')} | "
                    f"{v['rss_anon_mb']['max']:.1f} | {g('open_s', 1000, 1)} |")
-    if "W3lat" in res:
-        out += ["", "## W3lat: add latency over several wraps (us; median of the processes, worst in brackets)", "",
+    for lat_w in ("W3lat", "W3pace"):
+        if lat_w not in res:
+            continue
+        out += ["", f"## {lat_w}: add latency over several wraps (us; median of the processes, worst in brackets)", "",
                 "| system | wraps | p50 | p99 | p99.9 | max | adds over 1 ms | transitions/s |",
                 "|---|---:|---:|---:|---:|---:|---:|---:|"]
-        for name, v in res["W3lat"].items():
+        for name, v in res[lat_w].items():
             cells = [f"{fmt(v[k]['median'])} ({fmt(v[k]['max'])})"
                      for k in ("add_p50_us", "add_p99_us", "add_p999_us", "add_max_us")]
             out.append(f"| {name} | {v['wraps']['median']:.0f} | " + " | ".join(cells)

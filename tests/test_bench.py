@@ -25,6 +25,7 @@ SYSTEMS = {
     "W4": W4_SYSTEMS,
     "W1x": {"diskreplay-memmap", "diskreplay-hdf5", "numpy"},
     "W3lat": {"diskreplay-memmap", "diskreplay-hdf5", "numpy", "np.memmap"},
+    "W3pace": {"diskreplay-memmap", "diskreplay-hdf5", "numpy", "np.memmap"},
     "W5": {"diskreplay-memmap", "diskreplay-hdf5", "diskreplay-uniform", "slm-per"}
     | ({"cpprb-per"} if "cpprb" in INSTALLED else set()),
 }
@@ -81,10 +82,11 @@ def test_quick_benchmark_reports_every_workload_and_system(tmp_path):
             assert v["best_peer"] == best, (workload, key)
             assert abs(v["x_best_peer"] - v["median"] / results[workload][best][key]["median"]) < 1e-9
         assert "x_numpy" in results["W1x"][name]["add_per_s"]
-        lat = results["W3lat"][name]
-        assert lat["wraps"]["median"] >= 3
-        assert 0 < lat["add_p50_us"]["median"] <= lat["add_p99_us"]["median"] <= lat["add_p999_us"]["median"] \
-            <= lat["add_max_us"]["median"]
+        for lat_w in ("W3lat", "W3pace"):
+            lat = results[lat_w][name]
+            assert lat["wraps"]["median"] >= 3
+            assert 0 < lat["add_p50_us"]["median"] <= lat["add_p99_us"]["median"] <= lat["add_p999_us"]["median"] \
+                <= lat["add_max_us"]["median"]
         w5 = results["W5"][name]
         assert "x_diskreplay-uniform" in w5["add_per_s"] and "x_slm-per" in w5["sample32_update_per_s"]
         assert ("x_cpprb-per" in w5["sample32_update_per_s"]) == ("cpprb" in INSTALLED)
