@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import ctypes.util
 import errno
 import os
 
@@ -147,9 +149,6 @@ def close_fd(fd: int) -> int:
 def _sync_file_range():
     """libc's ``sync_file_range`` (Linux), or None where there is none."""
     try:
-        import ctypes
-        import ctypes.util
-
         libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
         fn = libc.sync_file_range
     except (OSError, AttributeError):
