@@ -497,17 +497,18 @@ def test_an_interrupted_update_leaves_tree_and_dataset_agreeing(tmp_path, backen
     with make(tmp_path / "s", backend, max_size=20) as buf:
         fill(buf, 15)
         prio = buf._session.prio
-        real = type(prio.tree).update
 
-        def interrupted(tree, slots, values):
-            real(tree, slots[:1], values[:1])
+        def interrupted(tree, slots, values, copy, dirty, block):  # cut after one slot of the dataset
+            dirty[slots[0] // block] = 3
+            copy[slots[0]] = values[0]
             raise KeyboardInterrupt
 
-        monkeypatch.setattr(type(prio.tree), "update", interrupted)
+        monkeypatch.setattr(type(prio.tree), "update_mirrored", interrupted)
         with pytest.raises(KeyboardInterrupt):
             buf.update_priorities([1, 2, 3], [5.0, 6.0, 7.0])
         monkeypatch.undo()
         assert prio.tree.problems() == [] and int(prio.words[5]) % 2 == 0
+        assert prio.tree.leaves[1] == (5.0 + buf.epsilon) ** buf.alpha  # the tree took the cut-short slot
         np.testing.assert_array_equal(prio.tree.leaves[:20], np.asarray(prio.live))
         with DiskReplay.open(buf.path, mode="r") as ro:
             np.testing.assert_array_equal(all_priorities(ro), all_priorities(buf))
