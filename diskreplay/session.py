@@ -29,6 +29,9 @@ from .priorityargs import check_priorities
 from .rowsums import torn_slots
 from .schema import FieldSpec
 
+_INT64 = np.dtype(np.int64)
+_smallest, _largest = np.minimum.reduce, np.maximum.reduce  # the ufuncs' own methods: no wrapper per call
+
 
 class Session:
     """An open store. Subclasses set ``mode`` and implement ``_open_state``."""
@@ -283,10 +286,13 @@ class Session:
         return self._recorded(np.asarray(idxs, np.int64), head, self.jcount)[0]
 
     def _checked_idxs(self, idxs) -> np.ndarray:
+        size = ring.ring_size(self.seen, self.base, self.max_size)
+        if idxs.__class__ is np.ndarray and idxs.dtype == _INT64 and idxs.ndim == 1 and idxs.size:
+            if _smallest(idxs) >= 0 and _largest(idxs) < size:  # batch_idxs: no conversion, two reductions
+                return idxs
         arr = np.asarray(idxs)
         if arr.dtype == object or arr.dtype.kind not in "iu" and not (arr.size == 0 and arr.dtype.kind == "f"):
             raise InvalidArgumentError(f"idxs must be integers, got {arr.dtype} data")
-        size = ring.ring_size(self.seen, self.base, self.max_size)
         if arr.dtype.kind == "u" and arr.size and int(arr.max()) >= size:  # before a cast could wrap it negative
             raise IndexOutOfRangeError(
                 f"index {int(arr.max())} is outside [0, {size}) (the store holds {size} transitions)")

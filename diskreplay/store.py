@@ -373,6 +373,8 @@ class DiskReplay:
 
 
 def _check_batch_size(batch_size) -> int:
+    if batch_size.__class__ is int and 0 < batch_size <= MAX_SLOTS:  # the common case, without the ABC checks
+        return batch_size
     batch_size = check_count("batch_size", batch_size)
     if batch_size > MAX_SLOTS:
         raise InvalidArgumentError(f"batch_size must be at most {MAX_SLOTS}, got {batch_size}")
