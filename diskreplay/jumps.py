@@ -54,10 +54,12 @@ def jump_capacity(max_size: int, reserve_rows: int) -> int:
     return max_size + reserve_rows
 
 
-def create_jump_files(directory: str, states: FieldSpec, capacity: int) -> None:
-    """``jumps.npy`` preallocated; ``jump_states.npy`` a sparse file of the full size."""
-    create_npy(os.path.join(directory, JUMPS_FILE), (capacity,), np.dtype(np.int64))
-    path = os.path.join(directory, JUMP_STATES_FILE)
+def create_jump_files(directory: str, states: FieldSpec, capacity: int,
+                      names: tuple = (JUMPS_FILE, JUMP_STATES_FILE)) -> None:
+    """``jumps.npy`` preallocated; ``jump_states.npy`` a sparse file of the full size.
+    ``names``: the two files' names (``framestack.py`` keeps a second ring of this kind)."""
+    create_npy(os.path.join(directory, names[0]), (capacity,), np.dtype(np.int64))
+    path = os.path.join(directory, names[1])
     shape = (capacity,) + states.shape
     try:
         with open(path, "wb") as f:
@@ -95,16 +97,19 @@ def rows_differ(states: np.ndarray, previous: np.ndarray) -> np.ndarray:
 class JumpRing:
     """The opened jump files of a store (see the module docstring)."""
 
-    def __init__(self, directory: str, states: FieldSpec, max_size: int, reserve_rows: int, writable: bool):
-        self.capacity = jump_capacity(max_size, reserve_rows)
-        self.window = max_size
+    def __init__(self, directory: str, states: FieldSpec, max_size: int, reserve_rows: int, writable: bool,
+                 names: tuple = (JUMPS_FILE, JUMP_STATES_FILE), window: int | None = None):
+        """``window``: how many of the newest records lookups search (``max_size`` unless
+        given); the capacity is ``window + reserve_rows``."""
+        self.window = max_size if window is None else window
+        self.capacity = self.window + reserve_rows
         self.room = reserve_rows
         self.spec = states
         self.fd = -1
-        self.file, self.records, _ = open_npy(os.path.join(directory, JUMPS_FILE), (self.capacity,),
+        self.file, self.records, _ = open_npy(os.path.join(directory, names[0]), (self.capacity,),
                                               np.dtype(np.int64), writable)
         try:
-            self.path = os.path.join(directory, JUMP_STATES_FILE)
+            self.path = os.path.join(directory, names[1])
             shape = (self.capacity,) + states.shape
             found_shape, found_dtype, self.offset = read_npy_header(self.path)
             size = os.stat(self.path).st_size
@@ -121,13 +126,15 @@ class JumpRing:
             raise
 
     # ------------------------------------------------------------------ reading
-    def committed(self, count: int, seen: int, num_envs: int) -> int:
+    def committed(self, count: int, seen: int, num_envs: int, newest: int | None = None) -> int:
         """``count`` less the records of a step that was not committed: every committed
         record is of a transition whose successor in its env was added (``t <= seen -
-        num_envs``); a writer killed after storing the count but before its commit leaves
-        records of newer transitions, which recovery and readers leave out."""
+        num_envs``, or ``t <= newest`` when given); a writer killed after storing the count
+        but before its commit leaves records of newer transitions, which recovery and
+        readers leave out."""
         stop = max(0, count - num_envs)
-        while count > stop and int(self.records[(count - 1) % self.capacity]) > seen - num_envs:
+        newest = seen - num_envs if newest is None else newest
+        while count > stop and int(self.records[(count - 1) % self.capacity]) > newest:
             count -= 1
         return count
 
