@@ -272,7 +272,10 @@ class Session:
         states rebuilt from frames (``FrameStacks.rebuild``; ``fix`` patches frames too)."""
         m, n, seen, base = self.max_size, self.num_envs, self.seen, self.base
         slots = np.asarray(slots, np.int64)
-        keys = (list(BATCH_ORDER) + [f for f in self.fields if f not in BATCH_ORDER]) if names is None else names
+        if names is None:
+            keys = list(BATCH_ORDER) + [f for f in self.fields if f not in BATCH_ORDER]
+        else:  # as Gatherer.gather_some orders them: next states last
+            keys = [f for f in names if f != "next_states"] + ["next_states"] * ("next_states" in names)
         others = [f for f in keys if f in self.fields and f != "states"]
         rows = self.gatherer.gather_some(slots, head, ns_rows, others) if others else {}
         if fix is not None and rows:

@@ -388,3 +388,32 @@ def test_a_frame_dtype_change_is_refused(tmp_path, backend):
                 buf.add(bad, 0, 0.0, s, False)
         assert buf.seen_size == 1
         np.testing.assert_array_equal(buf.get([0])["states"][0], s)
+
+
+@pytest.mark.parametrize("num_envs", [1, 3])
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_same_answers_as_a_store_of_whole_states(tmp_path, backend, num_envs):
+    """Fed the same steps, a frame-stack store and a store of whole states answer every read
+    alike: rows, n-step rows, named fields with jumps, and episodes."""
+    plain = DiskReplay.create(str(tmp_path / "p"), 31, num_envs=num_envs, backend=backend, seed=2)
+    stacked = DiskReplay.create(str(tmp_path / "s"), 31, num_envs=num_envs, backend=backend, seed=2, frame_stack=3)
+    envs = Envs(num_envs, 3, (4,), np.random.default_rng(num_envs))
+    for _ in range(50):
+        values = envs.step(0.25, 0.05)
+        plain.add(*values)
+        stacked.add(*values)
+    idxs = np.arange(plain.size)
+    for kwargs in ({}, {"n_step": 3, "gamma": 0.9}, {"fields": ["next_states", "jumps", "dones"]},
+                   {"fields": "states"}):
+        want, got = plain.get(idxs, **kwargs), stacked.get(idxs, **kwargs)
+        assert list(want) == list(got)
+        for key in want:
+            np.testing.assert_array_equal(got[key], want[key], err_msg=f"{kwargs} {key}")
+    pairs = list(zip(plain.episodes(), stacked.episodes()))
+    assert len(pairs) == len(list(plain.episodes())) > 5
+    for want, got in pairs:
+        assert list(want) == list(got)
+        for key in want:
+            np.testing.assert_array_equal(got[key], want[key], err_msg=key)
+    plain.close()
+    stacked.close()
