@@ -417,3 +417,25 @@ def test_same_answers_as_a_store_of_whole_states(tmp_path, backend, num_envs):
             np.testing.assert_array_equal(got[key], want[key], err_msg=key)
     plain.close()
     stacked.close()
+
+
+def test_plain_numpy_rebuilds_stacks_as_format_md_says(tmp_path):
+    """The recipe of FORMAT.md ("Frame stacks"), run as written, on a store that wrapped."""
+    path = str(tmp_path / "s")
+    with fill_stacked(path, "memmap", num_envs=3, max_size=29, steps=40) as buf:
+        want = buf.get(np.arange(buf.size))
+        jumps = buf.get(np.arange(buf.size), fields="jumps")["jumps"]  # next states from the jump ring
+        head = buf.head
+    doc = open(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "FORMAT.md")).read()
+    section = doc.split("## Frame stacks", 1)[1]
+    recipe = section.split("```python", 1)[1].split("```", 1)[0]
+    desc = json.load(open(f"{path}/store.json"))
+    words = np.fromfile(f"{path}/meta.bin", dtype="<i8", count=16)
+    seen = int(words[3]) ^ int(words[7])
+    scope = {"np": np, "path": path, "desc": desc, "seen": seen, "base": int(words[5]), "m": 29, "n": 3}
+    exec(recipe, scope)
+    for slot in range(29):
+        t = seen - (head - slot) % 29
+        np.testing.assert_array_equal(scope["state"](t), want["states"][slot])
+        if t <= seen - 3 and not jumps[slot]:
+            np.testing.assert_array_equal(scope["state"](t + 3), want["next_states"][slot])
