@@ -36,7 +36,7 @@ import os
 import numpy as np
 
 from .errors import CorruptStoreError, InvalidArgumentError
-from .jumps import JumpRing, create_jump_files
+from .jumps import _memcmp, JumpRing, create_jump_files
 from .npyfile import create_npy, open_npy
 from .schema import FieldSpec
 
@@ -115,6 +115,21 @@ def overlaps(states: np.ndarray, next_states: np.ndarray) -> np.ndarray:
     return (a == b).all(axis=1)
 
 
+def overlap_rule(num_envs: int, k: int, frame_bytes: int):
+    """``overlaps(states, next_states)`` as a function for the fast add: ``memcmp`` of each
+    env's ``k - 1`` shared frames where both arrays are C-contiguous, else ``overlaps``."""
+    shared, row = (k - 1) * frame_bytes, k * frame_bytes
+    if _memcmp is None or not shared:
+        return overlaps
+
+    def rule(states, next_states):
+        if not (states.flags.c_contiguous and next_states.flags.c_contiguous):
+            return overlaps(states, next_states)
+        a, b = states.ctypes.data + frame_bytes, next_states.ctypes.data
+        return np.array([_memcmp(a + e * row, b + e * row, shared) == 0 for e in range(num_envs)])
+    return rule
+
+
 class FrameStacks:
     """The opened stack files of a frame-stack store (see the module docstring)."""
 
@@ -133,6 +148,9 @@ class FrameStacks:
         except BaseException:
             self.close()
             raise
+
+    def overlap_rule(self, num_envs: int):
+        return overlap_rule(num_envs, self.k, self.frame.row_bytes)
 
     @property
     def room(self) -> int:
@@ -166,41 +184,40 @@ class FrameStacks:
         """``count`` less records of an uncommitted step (bases of transitions after ``seen``)."""
         return self.records.committed(count, seen, self.num_envs, newest=seen)
 
-    def rebuild(self, ts: np.ndarray, seen: int, base: int, count: int, read_frames) -> np.ndarray:
+    def rebuild(self, ts: np.ndarray, seen: int, base: int, count: int, frames: np.ndarray, fix=None) -> np.ndarray:
         """The whole states of transitions ``ts`` (each after ``base`` and at most ``seen``):
-        frames of ``t, t - n, ...`` back to the first base. ``read_frames(slots)`` returns
-        the rows of the ring's ``states`` (frames) at ``slots``; frames the ring overwrote
-        come from the tail."""
+        frames of ``t - (k-1)*n, ..., t - n, t`` from the ring's ``states`` rows ``frames``
+        (one ``take`` for the whole batch), then, where a base lies in that chain, its whole
+        state's older frames, and frames the ring overwrote from the tail. ``fix(batch,
+        slots)`` patches rows read from the ring (a reader's undo overlay)."""
         k, n, m = self.k, self.num_envs, self.max_size
         ts = np.asarray(ts, np.int64)
-        out = np.empty((len(ts), k) + self.frame.shape, self.frame.dtype)
-        if not len(ts):
-            return out
-        chain = ts[:, None] - np.arange(k, dtype=np.int64) * n  # (B, k): t, t - n, ...
+        count_ts = len(ts)
+        chain = ts[:, None] - np.arange(k - 1, -1, -1, dtype=np.int64) * n  # position i: t - (k-1-i)*n
+        slots = (chain - base - 1) % m
+        out = frames.take(slots.ravel(), axis=0).reshape((count_ts, k) + self.frame.shape)
+        if fix is not None:
+            fix({"states": out.reshape((count_ts * k,) + self.frame.shape)}, slots.ravel())
         found, ks = self.records.find(chain.ravel(), count)
-        found, ks = found.reshape(chain.shape), ks.reshape(chain.shape)
-        has = found.any(axis=1)
-        first = np.where(has, found.argmax(axis=1), k)  # frames j < first come from the chain
-        for j in range(k):  # a base j back gives the stack's first k - j frames
-            rows = np.flatnonzero(has & (first == j))
-            if len(rows):
-                out[rows, :k - j] = self.records.states(ks[rows, j])[:, j:]
-        bs, js = np.nonzero(np.arange(k)[None, :] < first[:, None])
-        us = chain[bs, js]
-        if len(us) and int(us.min()) <= base:
-            raise CorruptStoreError("a frame stack reaches back before the ring's first transition without "
-                                    "a recorded whole state; the stack ring is damaged")
-        frames = np.empty((len(us),) + self.frame.shape, self.frame.dtype)
-        live = us > seen - m
-        if live.any():
-            frames[live] = read_frames((us[live] - base - 1) % m)
-        if not live.all():
-            dead = us[~live]
-            if int(dead.min()) <= seen - m - self.rows + n:
-                raise CorruptStoreError("a frame stack needs a frame the tail no longer holds; "
-                                        "the stack files are damaged")
-            frames[~live] = self.tail[(dead - 1) % self.rows]
-        out[bs, k - 1 - js] = frames
+        oldest_live = max(seen - m, base)
+        if not found.any() and (not count_ts or int(chain[:, 0].min()) > oldest_live):
+            return out  # the common case: every frame in the ring, no base in any chain
+        found = found.reshape(chain.shape)
+        newest = np.where(found.any(axis=1), k - 1 - found[:, ::-1].argmax(axis=1), -1)  # a row's newest base
+        dead = (chain <= oldest_live) & (np.arange(k)[None, :] > newest[:, None])
+        rows = np.flatnonzero(newest >= 0)
+        if len(rows):
+            pos = newest[rows]
+            whole = self.records.states(ks.reshape(chain.shape)[rows, pos])
+            for i in np.unique(pos).tolist():  # a base at position i gives the first i + 1 frames
+                sel = pos == i
+                out[rows[sel], :i + 1] = whole[sel, k - 1 - i:]
+        if dead.any():
+            us = chain[dead]
+            if int(us.min()) <= base or int(us.min()) <= seen - m - self.rows + n:
+                raise CorruptStoreError("a frame stack needs a frame that neither the ring, the stack ring nor "
+                                        "the tail holds; the stack files are damaged")
+            out[dead] = self.tail[(us - 1) % self.rows]
         return out
 
     def chain_slots(self, slots: np.ndarray) -> np.ndarray:

@@ -149,6 +149,11 @@ class JumpRing:
             return found, ks
         start = lo % self.capacity
         first = min(count - lo, self.capacity - start)
+        if first == count - lo:  # the window in one piece (the common case): one search
+            seg = self.records[start:start + first]
+            pos = seg.searchsorted(ts)
+            np.minimum(pos, first - 1, out=pos)
+            return seg.take(pos) == ts, pos + lo  # k is meaningful only where found
         for k0, seg in ((lo, self.records[start:start + first]), (lo + first, self.records[:count - lo - first])):
             if not len(seg):
                 continue

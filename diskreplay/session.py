@@ -280,23 +280,18 @@ class Session:
         rows = self.gatherer.gather_some(slots, head, ns_rows, others) if others else {}
         if fix is not None and rows:
             fix(rows, slots)
-        frames_of = self.storage.gather_arrays["states"]
-
-        def read_frames(frame_slots):
-            frames = frames_of.take(frame_slots, axis=0)
-            if fix is not None:
-                fix({"states": frames}, frame_slots)
-            return frames
         ts = ring.transition_of_slots(slots, seen, base, m) if len(slots) else np.empty(0, np.int64)
         want_states, want_ns = "states" in keys, "next_states" in keys
         if want_ns:
             _, in_buffer, buffer_idx = ring.next_state_sources(slots, head, m, n)
         wanted = ([ts] if want_states else []) + ([ts[~in_buffer] + n] if want_ns else [])
         built = self.data.stacks.rebuild(np.concatenate(wanted) if wanted else ts[:0], seen, base, self.scount,
-                                         read_frames)
+                                         self.storage.gather_arrays["states"], fix)
         if want_states:
             rows["states"] = built[:len(ts)]
-        if want_ns:
+        if want_ns and not in_buffer.any():
+            rows["next_states"] = built[len(ts) if want_states else 0:]
+        elif want_ns:
             ns = np.empty((len(slots),) + self.state_spec.shape, self.state_spec.dtype)
             ns[~in_buffer] = built[len(ts) if want_states else 0:]
             ns[in_buffer] = ns_rows.take(buffer_idx[in_buffer], axis=0)

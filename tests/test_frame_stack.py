@@ -439,3 +439,100 @@ def test_plain_numpy_rebuilds_stacks_as_format_md_says(tmp_path):
         np.testing.assert_array_equal(scope["state"](t), want["states"][slot])
         if t <= seen - 3 and not jumps[slot]:
             np.testing.assert_array_equal(scope["state"](t + 3), want["next_states"][slot])
+
+
+# ---------------------------------------------------------------- the fast add
+class StackCommitPaths(RuleBasedStateMachine):
+    """As tests/test_commit_paths.py, for frame stacks: the same steps through the fast
+    stacked add on one store and the general add on another leave byte-identical files
+    (rows, ``ns_buffer``, CRCs, jump and stack rings, the tail, the counter record)."""
+
+    def __init__(self):
+        super().__init__()
+        self.tmp = None
+
+    @initialize(backend=st.sampled_from(list(BACKENDS)), num_envs=st.sampled_from([2, 3]),
+                max_size=st.sampled_from([7, 12]), flush_every=st.sampled_from([None, 2]), seed=st.integers(0, 2**16))
+    def setup(self, backend, num_envs, max_size, flush_every, seed):
+        import tempfile
+
+        self.tmp = tempfile.TemporaryDirectory()
+        fields = {"states": ((3, 2), "uint8"), "actions": ((), "int64"), "rewards": ((), "float32"),
+                  "dones": ((), "bool")}
+        kwargs = dict(num_envs=num_envs, backend=backend, seed=seed, fields=fields, flush_every=flush_every,
+                      frame_stack=3)
+        self.fast, self.general = (DiskReplay.create(os.path.join(self.tmp.name, name), max_size, **kwargs)
+                                   for name in ("fast", "general"))
+        assert "add" in self.fast.__dict__, "the fast stacked add is installed"
+        self.envs = Envs(num_envs, 3, (2,), np.random.default_rng(seed))
+
+    @rule(end_prob=st.sampled_from([0.0, 0.3]), odd_prob=st.sampled_from([0.0, 0.2]))
+    def add(self, end_prob, odd_prob):
+        values = self.envs.step(end_prob, odd_prob)
+        self.fast.add(*values)
+        DiskReplay.add(self.general, *values)  # the class's method: the general path
+
+    @rule()
+    def flush(self):
+        self.fast.flush()
+        self.general.flush()
+
+    @invariant()
+    def identical(self):
+        from test_commit_paths import PER_WRITER_WORDS, store_bytes
+
+        from diskreplay.counters import NWORDS
+        if self.tmp is None:
+            return
+        a, b = self.fast._session.counters.words, self.general._session.counters.words
+        for w in range(NWORDS):
+            if w not in PER_WRITER_WORDS:
+                assert a[w] == b[w], f"counter word {w}"
+        files = []
+        for buf in (self.fast, self.general):
+            got = store_bytes(buf)
+            for name in ("stack_records.npy", "stack_states.npy", "stack_tail.npy"):
+                with open(os.path.join(buf.path, name), "rb") as f:
+                    got[name] = f.read()
+            files.append(got)
+        for name in files[0]:
+            assert files[0][name] == files[1][name], name
+        assert_matches_each_other(self.fast, self.general)
+
+    def teardown(self):
+        if self.tmp is not None:
+            self.fast.close()
+            self.general.close()
+            self.tmp.cleanup()
+
+
+def assert_matches_each_other(a, b):
+    idxs = np.arange(a.size)
+    x, y = a.get(idxs), b.get(idxs)
+    for key in x:
+        np.testing.assert_array_equal(x[key], y[key], err_msg=key)
+
+
+TestStackCommitPaths = StackCommitPaths.TestCase
+TestStackCommitPaths.settings = settings(max_examples=30, stateful_step_count=30, deadline=None,
+                                         suppress_health_check=[HealthCheck.too_slow])
+
+
+def test_continuing_stacks_take_the_fast_add(tmp_path):
+    """Only steps with a base (here the first) or a flush due go through the general path;
+    overwriting the ring (tail copies) stays on the fast one."""
+    buf = DiskReplay.create(tmp_path / "s", 30, num_envs=3, frame_stack=4, seed=0,
+                            fields={"states": ((4, 5), "uint8"), "actions": ((), "int64"),
+                                    "rewards": ((), "float32"), "dones": ((), "bool")})
+    general_steps = []
+    write_step = buf._session._write_step
+    buf._session._write_step = lambda values: (general_steps.append(buf.seen_size), write_step(values))
+    envs = Envs(3, 4, (5,), np.random.default_rng(1))
+    model = ReplayModel(30, 3)
+    for _ in range(25):  # 75 transitions: wraps twice
+        values = envs.step(0.0, 0.0)
+        buf.add(*values)
+        model.add(*values)
+    assert general_steps == [0, 30, 60], general_steps  # the first step, then the flushes the undo reserve asks
+    assert_matches(buf, model)
+    buf.close()
