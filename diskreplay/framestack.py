@@ -184,10 +184,10 @@ class FrameStacks:
         """``count`` less records of an uncommitted step (bases of transitions after ``seen``)."""
         return self.records.committed(count, seen, self.num_envs, newest=seen)
 
-    def rebuild(self, ts: np.ndarray, seen: int, base: int, count: int, frames: np.ndarray, fix=None) -> np.ndarray:
+    def rebuild(self, ts: np.ndarray, seen: int, base: int, count: int, read_rows, fix=None) -> np.ndarray:
         """The whole states of transitions ``ts`` (each after ``base`` and at most ``seen``):
-        frames of ``t - (k-1)*n, ..., t - n, t`` from the ring's ``states`` rows ``frames``
-        (one ``take`` for the whole batch), then, where a base lies in that chain, its whole
+        frames of ``t - (k-1)*n, ..., t - n, t`` from the ring's ``states`` rows (one
+        ``read_rows(slots)`` for the whole batch: ``Gatherer.frame_rows``), then, where a base lies in that chain, its whole
         state's older frames, and frames the ring overwrote from the tail. ``fix(batch,
         slots)`` patches rows read from the ring (a reader's undo overlay)."""
         k, n, m = self.k, self.num_envs, self.max_size
@@ -195,7 +195,7 @@ class FrameStacks:
         count_ts = len(ts)
         chain = ts[:, None] - np.arange(k - 1, -1, -1, dtype=np.int64) * n  # position i: t - (k-1-i)*n
         slots = (chain - base - 1) % m
-        out = frames.take(slots.ravel(), axis=0).reshape((count_ts, k) + self.frame.shape)
+        out = read_rows(slots.ravel()).reshape((count_ts, k) + self.frame.shape)
         if fix is not None:
             fix({"states": out.reshape((count_ts * k,) + self.frame.shape)}, slots.ravel())
         found, ks = self.records.find(chain.ravel(), count)

@@ -23,6 +23,7 @@ from .rowreader import RowReader, page_cached, read_span, will_need
 from .schema import CORE_FIELDS, FieldSpec
 
 LARGE_ROW_BYTES = 16 << 10  # states rows from this size on may be read by hinted positioned reads
+FRAME_ROW_BYTES = 4 << 10  # likewise the frames of a frame-stack store (a stack reads several)
 PROBE_ROWS = 2  # rows of a large-row batch checked for residency before choosing how to gather
 WARM_STREAK = 256  # probes in a row that found their row in RAM before the mapping is trusted again
 BATCH_ORDER = ("states", "actions", "rewards", "next_states", "dones")
@@ -99,6 +100,22 @@ class Gatherer:
         if want_ns and in_buffer.any():
             batch["next_states"][in_buffer] = ns_rows.take(buffer_idx[in_buffer], axis=0)
         return batch
+
+    def frame_rows(self, slots: np.ndarray) -> np.ndarray:
+        """The ``states`` rows at ``slots`` of a frame-stack store (one frame each): through
+        the gather mapping while they are in RAM (``rows_cached``); else each distinct slot
+        once (a stack and its next state share ``k - 1`` frames), by hinted positioned reads
+        all in flight together, as ``_gather_large`` reads whole states."""
+        if self.fields["states"].row_bytes < FRAME_ROW_BYTES or not len(slots) or \
+                self.rows_cached(slots[:PROBE_ROWS]):
+            return self.storage.gather_arrays["states"].take(slots, axis=0)
+        if self.row_reader is None:
+            self.row_reader = RowReader()
+        spec = self.fields["states"]
+        distinct, where = np.unique(slots, return_inverse=True)
+        rows = np.empty((len(distinct),) + spec.shape, spec.dtype)
+        self.row_reader.gather_many([self.storage.locations["states"] + (distinct, rows)])
+        return rows.take(where.reshape(-1), axis=0)
 
     def rows_cached(self, idxs) -> bool:
         """Whether to copy a large-row batch from the gather mapping: the first page of each

@@ -286,7 +286,7 @@ class Session:
             _, in_buffer, buffer_idx = ring.next_state_sources(slots, head, m, n)
         wanted = ([ts] if want_states else []) + ([ts[~in_buffer] + n] if want_ns else [])
         built = self.data.stacks.rebuild(np.concatenate(wanted) if wanted else ts[:0], seen, base, self.scount,
-                                         self.storage.gather_arrays["states"], fix)
+                                         self.gatherer.frame_rows, fix)
         if want_states:
             rows["states"] = built[:len(ts)]
         if want_ns and not in_buffer.any():

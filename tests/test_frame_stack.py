@@ -536,3 +536,32 @@ def test_continuing_stacks_take_the_fast_add(tmp_path):
     assert general_steps == [0, 30, 60], general_steps  # the first step, then the flushes the undo reserve asks
     assert_matches(buf, model)
     buf.close()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_cold_frames_read_by_positioned_reads(tmp_path, backend, monkeypatch):
+    """Frames not in RAM (the residency probe says so) are read once per distinct slot by
+    positioned reads; the stacks are the same."""
+    from diskreplay.gather import Gatherer
+
+    buf = DiskReplay.create(tmp_path / "s", 50, num_envs=3, frame_stack=4, seed=0, backend=backend)
+    envs = Envs(3, 4, (64, 64), np.random.default_rng(2))
+    model = ReplayModel(50, 3)
+    for _ in range(40):
+        values = envs.step(0.1, 0.05)
+        buf.add(*values)
+        model.add(*values)
+    reads = []
+    real = Gatherer.frame_rows
+
+    def cold(self, slots):
+        reads.append(len(slots))
+        return real(self, slots)
+    monkeypatch.setattr(Gatherer, "rows_cached", lambda self, idxs: False)
+    monkeypatch.setattr(Gatherer, "frame_rows", cold)
+    assert_matches(buf, model)
+    got, want = buf.sample(16), model.get(buf.batch_idxs)
+    for key in want:
+        np.testing.assert_array_equal(got[key], want[key], err_msg=key)
+    assert reads and buf._session.gatherer.row_reader is not None  # the positioned reads were used
+    buf.close()
