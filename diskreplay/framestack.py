@@ -184,37 +184,40 @@ class FrameStacks:
         """``count`` less records of an uncommitted step (bases of transitions after ``seen``)."""
         return self.records.committed(count, seen, self.num_envs, newest=seen)
 
-    def rebuild(self, ts: np.ndarray, seen: int, base: int, count: int, read_rows, fix=None) -> np.ndarray:
-        """The whole states of transitions ``ts`` (each after ``base`` and at most ``seen``):
-        frames of ``t - (k-1)*n, ..., t - n, t`` from the ring's ``states`` rows (one
-        ``read_rows(slots)`` for the whole batch: ``Gatherer.frame_rows``), then, where a base lies in that chain, its whole
-        state's older frames, and frames the ring overwrote from the tail. ``fix(batch,
-        slots)`` patches rows read from the ring (a reader's undo overlay)."""
+    def plan(self, ts: np.ndarray, base: int, count: int):
+        """What rebuilding the states of transitions ``ts`` (each after ``base``) reads:
+        ``(chain, slots, found, ks)``, the transitions ``t - (k-1)*n, ..., t - n, t`` of each,
+        their slots, and which of them have a whole state among the first ``count`` records
+        of the stack ring (those rows are announced to the kernel now)."""
         k, n, m = self.k, self.num_envs, self.max_size
-        ts = np.asarray(ts, np.int64)
-        count_ts = len(ts)
-        chain = ts[:, None] - np.arange(k - 1, -1, -1, dtype=np.int64) * n  # position i: t - (k-1-i)*n
-        slots = (chain - base - 1) % m
-        out = read_rows(slots.ravel()).reshape((count_ts, k) + self.frame.shape)
-        if fix is not None:
-            fix({"states": out.reshape((count_ts * k,) + self.frame.shape)}, slots.ravel())
+        chain = np.asarray(ts, np.int64)[:, None] - np.arange(k - 1, -1, -1, dtype=np.int64) * n
         found, ks = self.records.find(chain.ravel(), count)
+        if found.any():
+            self.records.will_need(ks[found])
+        return chain, (chain - base - 1) % m, found.reshape(chain.shape), ks.reshape(chain.shape)
+
+    def finish(self, plan, frames: np.ndarray, seen: int, base: int) -> np.ndarray:
+        """The whole states of a ``plan``, given ``frames``, the ring's rows at its slots:
+        where a base lies in a chain, its whole state's older frames replace the frames
+        before it, and frames the ring overwrote since come from the tail."""
+        chain, _, found, ks = plan
+        k, m = self.k, self.max_size
+        out = frames.reshape(chain.shape + self.frame.shape)
         oldest_live = max(seen - m, base)
-        if not found.any() and (not count_ts or int(chain[:, 0].min()) > oldest_live):
+        if not found.any() and (not len(chain) or int(chain[:, 0].min()) > oldest_live):
             return out  # the common case: every frame in the ring, no base in any chain
-        found = found.reshape(chain.shape)
         newest = np.where(found.any(axis=1), k - 1 - found[:, ::-1].argmax(axis=1), -1)  # a row's newest base
         dead = (chain <= oldest_live) & (np.arange(k)[None, :] > newest[:, None])
         rows = np.flatnonzero(newest >= 0)
         if len(rows):
             pos = newest[rows]
-            whole = self.records.states(ks.reshape(chain.shape)[rows, pos])
+            whole = self.records.states(ks[rows, pos])
             for i in np.unique(pos).tolist():  # a base at position i gives the first i + 1 frames
                 sel = pos == i
                 out[rows[sel], :i + 1] = whole[sel, k - 1 - i:]
         if dead.any():
             us = chain[dead]
-            if int(us.min()) <= base or int(us.min()) <= seen - m - self.rows + n:
+            if int(us.min()) <= base or int(us.min()) <= seen - m - self.rows + self.num_envs:
                 raise CorruptStoreError("a frame stack needs a frame that neither the ring, the stack ring nor "
                                         "the tail holds; the stack files are damaged")
             out[dead] = self.tail[(us - 1) % self.rows]

@@ -101,21 +101,32 @@ class Gatherer:
             batch["next_states"][in_buffer] = ns_rows.take(buffer_idx[in_buffer], axis=0)
         return batch
 
-    def frame_rows(self, slots: np.ndarray) -> np.ndarray:
-        """The ``states`` rows at ``slots`` of a frame-stack store (one frame each): through
-        the gather mapping while they are in RAM (``rows_cached``); else each distinct slot
-        once (a stack and its next state share ``k - 1`` frames), by hinted positioned reads
+    def stack_rows(self, idxs: np.ndarray, names, frame_slots: np.ndarray, head: int, ns_rows: np.ndarray):
+        """``(rows, frames)`` of a frame-stack store: the fields ``names`` (not states) at
+        ``idxs`` and the ``states`` rows (one frame each) at ``frame_slots``. Through the
+        gather mapping while the frames are in RAM (``rows_cached``), or for a scan's runs
+        (``gather_some``); else each distinct frame once (a stack and its next state share
+        ``k - 1`` frames) and the other fields' rows, by one set of hinted positioned reads
         all in flight together, as ``_gather_large`` reads whole states."""
-        if self.fields["states"].row_bytes < FRAME_ROW_BYTES or not len(slots) or \
-                self.rows_cached(slots[:PROBE_ROWS]):
-            return self.storage.gather_arrays["states"].take(slots, axis=0)
+        spec = self.fields["states"]
+        cached = spec.row_bytes < FRAME_ROW_BYTES or not len(frame_slots) or \
+            self.rows_cached(frame_slots[:PROBE_ROWS])
+        if cached or slot_runs(idxs) is not None:
+            rows = self.gather_some(idxs, head, ns_rows, names) if names else {}
+            if cached:
+                return rows, self.storage.gather_arrays["states"].take(frame_slots, axis=0)
+            names = ()
+        else:
+            rows = {name: np.empty((len(idxs),) + self.fields[name].shape, self.fields[name].dtype)
+                    for name in names}
         if self.row_reader is None:
             self.row_reader = RowReader()
-        spec = self.fields["states"]
-        distinct, where = np.unique(slots, return_inverse=True)
-        rows = np.empty((len(distinct),) + spec.shape, spec.dtype)
-        self.row_reader.gather_many([self.storage.locations["states"] + (distinct, rows)])
-        return rows.take(where.reshape(-1), axis=0)
+        distinct, where = np.unique(frame_slots, return_inverse=True)
+        frames = np.empty((len(distinct),) + spec.shape, spec.dtype)
+        locations = self.storage.locations
+        self.row_reader.gather_many([locations["states"] + (distinct, frames)]
+                                    + [locations[name] + (idxs, rows[name]) for name in names])
+        return rows, frames.take(where.reshape(-1), axis=0)
 
     def rows_cached(self, idxs) -> bool:
         """Whether to copy a large-row batch from the gather mapping: the first page of each

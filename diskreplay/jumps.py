@@ -35,6 +35,7 @@ import numpy as np
 
 from .errors import CorruptStoreError
 from .fsutil import close_fd, io_error
+from .rowreader import will_need
 from .npyfile import create_npy, expected_npy_bytes, open_npy, read_npy_header, write_npy_header
 from .schema import FieldSpec
 
@@ -106,6 +107,10 @@ class JumpRing:
         self.room = reserve_rows
         self.spec = states
         self.fd = -1
+        # The transition numbers of records [cache_lo, cache_lo + len(cache_ts)), copied from
+        # the ring as lookups need them: a lookup then searches RAM, not the mapped file
+        # (whose pages a cold batch would fault in one binary-search step at a time).
+        self.cache_lo, self.cache_ts = 0, np.empty(0, np.int64)
         self.file, self.records, _ = open_npy(os.path.join(directory, names[0]), (self.capacity,),
                                               np.dtype(np.int64), writable)
         try:
@@ -140,29 +145,39 @@ class JumpRing:
 
     def find(self, ts: np.ndarray, count: int) -> tuple[np.ndarray, np.ndarray]:
         """``(found, k)``: for each transition number in ``ts``, whether one of the newest
-        ``window`` of the first ``count`` records is of it, and that record's number."""
+        ``window`` of the first ``count`` records is of it, and that record's number (``k``
+        is meaningful only where found)."""
         ts = np.asarray(ts, np.int64)
-        found = np.zeros(len(ts), bool)
-        ks = np.zeros(len(ts), np.int64)
         lo = max(0, count - self.window)
         if count <= lo or not len(ts):
-            return found, ks
-        start = lo % self.capacity
-        first = min(count - lo, self.capacity - start)
-        if first == count - lo:  # the window in one piece (the common case): one search
-            seg = self.records[start:start + first]
-            pos = seg.searchsorted(ts)
-            np.minimum(pos, first - 1, out=pos)
-            return seg.take(pos) == ts, pos + lo  # k is meaningful only where found
-        for k0, seg in ((lo, self.records[start:start + first]), (lo + first, self.records[:count - lo - first])):
-            if not len(seg):
-                continue
-            pos = np.searchsorted(seg, ts)
-            hit = pos < len(seg)
-            hit[hit] = seg[pos[hit]] == ts[hit]
-            found |= hit
-            ks[hit] = k0 + pos[hit]
-        return found, ks
+            return np.zeros(len(ts), bool), np.zeros(len(ts), np.int64)
+        window = self._window(lo, count)
+        pos = window.searchsorted(ts)  # records of a window are sorted
+        np.minimum(pos, len(window) - 1, out=pos)
+        return window.take(pos) == ts, pos + lo
+
+    def _window(self, lo: int, count: int) -> np.ndarray:
+        """The transition numbers of records ``[lo, count)``, from the copy in RAM, which
+        takes only the records added since (a committed record does not change while it is
+        in the window; a count below the copy's end drops the rest, which may not be committed)."""
+        c_lo, c_hi = self.cache_lo, self.cache_lo + len(self.cache_ts)
+        if count < c_hi:
+            self.cache_ts = self.cache_ts[:max(0, count - c_lo)]
+            c_hi = self.cache_lo + len(self.cache_ts)
+        if not c_lo <= lo <= c_hi:
+            self.cache_lo, self.cache_ts, c_lo, c_hi = lo, np.empty(0, np.int64), lo, lo
+        if count > c_hi:
+            new = np.asarray(self.records[np.arange(c_hi, count, dtype=np.int64) % self.capacity], np.int64)
+            keep = self.cache_ts[lo - c_lo:]
+            self.cache_ts, self.cache_lo = np.concatenate([keep, new]), lo
+        elif lo > c_lo:
+            self.cache_ts, self.cache_lo = self.cache_ts[lo - c_lo:], lo
+        return self.cache_ts[:count - self.cache_lo]
+
+    def will_need(self, ks) -> None:
+        """Announce the rows of records ``ks`` to the kernel (their reads start now)."""
+        for k in np.asarray(ks).tolist():
+            will_need(self.fd, self.offset + (k % self.capacity) * self.spec.row_bytes, self.spec.row_bytes)
 
     def states(self, ks: np.ndarray) -> np.ndarray:
         """The true next states of records ``ks``."""

@@ -277,16 +277,21 @@ class Session:
         else:  # as Gatherer.gather_some orders them: next states last
             keys = [f for f in names if f != "next_states"] + ["next_states"] * ("next_states" in names)
         others = [f for f in keys if f in self.fields and f != "states"]
-        rows = self.gatherer.gather_some(slots, head, ns_rows, others) if others else {}
-        if fix is not None and rows:
-            fix(rows, slots)
-        ts = ring.transition_of_slots(slots, seen, base, m) if len(slots) else np.empty(0, np.int64)
+        ts = seen - (head - slots) % m if len(slots) else np.empty(0, np.int64)  # transitions held
         want_states, want_ns = "states" in keys, "next_states" in keys
         if want_ns:
-            _, in_buffer, buffer_idx = ring.next_state_sources(slots, head, m, n)
+            in_buffer = ts > seen - n  # the newest step's next states are the ns_buffer's
+            buffer_idx = ts - (seen - n + 1)
         wanted = ([ts] if want_states else []) + ([ts[~in_buffer] + n] if want_ns else [])
-        built = self.data.stacks.rebuild(np.concatenate(wanted) if wanted else ts[:0], seen, base, self.scount,
-                                         self.gatherer.frame_rows, fix)
+        stacks = self.data.stacks
+        plan = stacks.plan(np.concatenate(wanted) if wanted else ts[:0], base, self.scount)
+        frame_slots = plan[1].ravel()
+        rows, frames = self.gatherer.stack_rows(slots, others, frame_slots, head, ns_rows)
+        if fix is not None:
+            if rows:
+                fix(rows, slots)
+            fix({"states": frames}, frame_slots)
+        built = stacks.finish(plan, frames, seen, base)
         if want_states:
             rows["states"] = built[:len(ts)]
         if want_ns and not in_buffer.any():

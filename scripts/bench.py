@@ -886,12 +886,14 @@ def _read(path):
         return None
 
 
-def run_all(sizes, repeats, workloads, workdir, log, skipped):
+def run_all(sizes, repeats, workloads, workdir, log, skipped, only=None):
     results = {}
     order = [w for w in WORKLOADS if w in workloads]
     for w in order:
         systems = []
         for system in SYSTEMS[w]:
+            if only is not None and system not in only:
+                continue
             why = unavailable(system)
             if why:
                 skipped.setdefault(system, why)
@@ -1143,6 +1145,8 @@ def main(argv=None):
     parser.add_argument("--json", metavar="PATH", help="also write the results as JSON")
     parser.add_argument("--workloads", default="W1,W2,W3,W4,W1x,W3lat,W5,W6,W6cold")
     parser.add_argument("--workdir", default=None, help="where stores are written (default: a new temp dir)")
+    parser.add_argument("--systems", default=None,
+                        help="only these systems (comma-separated), e.g. diskreplay-memmap,diskreplay-whole")
     parser.add_argument("--worker", nargs=2, metavar=("WORKLOAD", "SYSTEM"), help=argparse.SUPPRESS)
     parser.add_argument("--spec", help=argparse.SUPPRESS)
     parser.add_argument("--scaling", action="store_true",
@@ -1174,8 +1178,9 @@ def main(argv=None):
     code = git_state()  # before the run: what the workers import
     skipped = {}
     try:
+        only = None if args.systems is None else {name.strip() for name in args.systems.split(",")}
         results = add_ratios(run_all(sizes, repeats, workloads, workdir, lambda m: print(m, file=sys.stderr),
-                                     skipped))
+                                     skipped, only))
         facts = machine_facts(workdir)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)

@@ -552,13 +552,13 @@ def test_cold_frames_read_by_positioned_reads(tmp_path, backend, monkeypatch):
         buf.add(*values)
         model.add(*values)
     reads = []
-    real = Gatherer.frame_rows
+    real = Gatherer.stack_rows
 
-    def cold(self, slots):
-        reads.append(len(slots))
-        return real(self, slots)
+    def cold(self, idxs, names, frame_slots, head, ns_rows):
+        reads.append(len(frame_slots))
+        return real(self, idxs, names, frame_slots, head, ns_rows)
     monkeypatch.setattr(Gatherer, "rows_cached", lambda self, idxs: False)
-    monkeypatch.setattr(Gatherer, "frame_rows", cold)
+    monkeypatch.setattr(Gatherer, "stack_rows", cold)
     assert_matches(buf, model)
     got, want = buf.sample(16), model.get(buf.batch_idxs)
     for key in want:
