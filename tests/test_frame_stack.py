@@ -565,3 +565,27 @@ def test_cold_frames_read_by_positioned_reads(tmp_path, backend, monkeypatch):
         np.testing.assert_array_equal(got[key], want[key], err_msg=key)
     assert reads and buf._session.gatherer.row_reader is not None  # the positioned reads were used
     buf.close()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_cli_commands_on_a_stacking_store(tmp_path, backend):
+    """show, sample, stats, episodes and verify read a frame-stack store as any other."""
+    from click.testing import CliRunner
+
+    from diskreplay.cli.main import main
+    from diskreplay.verify import verify_store
+    path = str(tmp_path / "s")
+    fill_stacked(path, backend, steps=30).close()
+    runner = CliRunner()
+    for args in (["show", path, "--json"], ["sample", path, "--json"], ["stats", path, "--json"],
+                 ["episodes", path, "--json"], ["verify", path], ["info", path]):
+        result = runner.invoke(main, args)
+        assert result.exit_code == 0, (args, result.output)
+    assert "frame_stack" in runner.invoke(main, ["info", path]).output
+    shown = json.loads(runner.invoke(main, ["show", path, "--json", "--tail", "3"]).output)
+    assert len(shown) == 3
+    for row in shown:
+        np.testing.assert_array_equal(np.array(row["states"], np.float32), stack_of(row["transition"], 2, 4))
+        np.testing.assert_array_equal(np.array(row["next_states"], np.float32), stack_of(row["transition"], 2, 4, True))
+    report = verify_store(path)
+    assert report.ok, report.problems
