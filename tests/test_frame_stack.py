@@ -589,3 +589,36 @@ def test_cli_commands_on_a_stacking_store(tmp_path, backend):
         np.testing.assert_array_equal(np.array(row["next_states"], np.float32), stack_of(row["transition"], 2, 4, True))
     report = verify_store(path)
     assert report.ok, report.problems
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_reader_beside_a_writer_thread(tmp_path, backend):
+    """A reader samples while a writer thread adds stacked steps over a small ring that wraps
+    many times: every row it gets is a whole transition with its exact stacks."""
+    import threading
+
+    from crash_common import stack_row_problems
+    path = str(tmp_path / "s")
+    writer = fill_stacked(path, backend, num_envs=3, max_size=29, steps=12)
+    stop, problems = threading.Event(), []
+
+    def write():
+        t = writer.seen_size + 1
+        while not stop.is_set() and t < 3 * 2000:
+            add_step(writer, t)
+            t += 3
+    thread = threading.Thread(target=write)
+    reader = DiskReplay.open(path, mode="r")
+    thread.start()
+    try:
+        batches = 0
+        while thread.is_alive() and batches < 400:
+            batch = reader.sample(16)
+            problems += stack_row_problems(batch, batch["actions"], 3, 4)
+            batches += 1
+    finally:
+        stop.set()
+        thread.join()
+        reader.close()
+        writer.close()
+    assert batches > 20 and problems == [], problems[:5]
