@@ -11,6 +11,8 @@ It takes no lock and writes nothing, so it is safe beside a live writer. Checked
 * the jump ring (format 2): ``jumps.npy`` and ``jump_states.npy`` have the right header and
   size, and the records lookups search are of transitions in increasing order that were
   added (an unsorted window would hide exact next states);
+* a frame-stack store's stack files (``stack_records.npy``, ``stack_states.npy``,
+  ``stack_tail.npy``) have the right header and size, and ``ns_buffer.npy`` holds whole stacks;
 * every row of every field is read once, in row blocks (bounded memory), through
   positioned reads so that an I/O error is reported instead of killing the process;
   each row that was durable at the last flush is checked against its CRC-32 in
