@@ -35,7 +35,7 @@ from .counters import (W_CHECK, W_CLEAN, W_DRAWS, W_INTENT, W_JUMPS, W_KEY, W_PI
 from .description import FORMAT_VERSION, new_description, read_description, write_description
 from .errors import (DiskReplayError, ReadOnlyError, ReentrantCallError, SchemaMismatchError, StoreClosedError,
                      StoreIOError)
-from .fastadd import fast_add, fast_stack_vector_add, fast_vector_add
+from .fastadd import fast_add, fast_stack_add, fast_stack_vector_add, fast_vector_add
 from .flushing import Flushing, initial_checkpoint
 from .framestack import frame_spec, overlaps
 from .fsutil import io_error
@@ -345,10 +345,10 @@ class Writer(Flushing, Session):
     def bind_add(self):
         """The fastest safe ``add`` for the store as it is now, or None for the general one:
         a closure over locals is the cheapest Python can do per call."""
-        if not self.live or self.fields is None or self.frame_stack and self.num_envs == 1:
+        if not self.live or self.fields is None:
             return None
         if self.frame_stack:
-            return fast_stack_vector_add(self)
+            return fast_stack_add(self) if self.num_envs == 1 else fast_stack_vector_add(self)
         return fast_add(self) if self.num_envs == 1 else fast_vector_add(self)
 
     # ------------------------------------------------------------------ reset and adopt

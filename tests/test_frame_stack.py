@@ -449,7 +449,7 @@ class StackCommitPaths(RuleBasedStateMachine):
         super().__init__()
         self.tmp = None
 
-    @initialize(backend=st.sampled_from(list(BACKENDS)), num_envs=st.sampled_from([2, 3]),
+    @initialize(backend=st.sampled_from(list(BACKENDS)), num_envs=st.sampled_from([1, 2, 3]),
                 max_size=st.sampled_from([7, 12]), flush_every=st.sampled_from([None, 2]), seed=st.integers(0, 2**16))
     def setup(self, backend, num_envs, max_size, flush_every, seed):
         import tempfile
@@ -516,18 +516,20 @@ TestStackCommitPaths.settings = settings(max_examples=30, stateful_step_count=30
                                          suppress_health_check=[HealthCheck.too_slow])
 
 
-def test_continuing_stacks_take_the_fast_add(tmp_path):
+@pytest.mark.parametrize("num_envs", [1, 3])
+def test_continuing_stacks_take_the_fast_add(tmp_path, num_envs):
     """Only steps with a base (here the first) or a flush due go through the general path;
     overwriting the ring (tail copies) stays on the fast one."""
-    buf = DiskReplay.create(tmp_path / "s", 30, num_envs=3, frame_stack=4, seed=0,
+    n = num_envs
+    buf = DiskReplay.create(tmp_path / "s", 30, num_envs=n, frame_stack=4, seed=0,
                             fields={"states": ((4, 5), "uint8"), "actions": ((), "int64"),
                                     "rewards": ((), "float32"), "dones": ((), "bool")})
     general_steps = []
     write_step = buf._session._write_step
     buf._session._write_step = lambda values: (general_steps.append(buf.seen_size), write_step(values))
-    envs = Envs(3, 4, (5,), np.random.default_rng(1))
-    model = ReplayModel(30, 3)
-    for _ in range(25):  # 75 transitions: wraps twice
+    envs = Envs(n, 4, (5,), np.random.default_rng(1))
+    model = ReplayModel(30, n)
+    for _ in range(75 // n):  # 75 transitions: wraps twice
         values = envs.step(0.0, 0.0)
         buf.add(*values)
         model.add(*values)
