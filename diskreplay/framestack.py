@@ -36,7 +36,7 @@ import os
 import numpy as np
 
 from .errors import CorruptStoreError, InvalidArgumentError
-from .jumps import _memcmp, JumpRing, create_jump_files
+from .jumps import JumpRing, create_jump_files, memcmp
 from .npyfile import create_npy, open_npy
 from .schema import FieldSpec
 
@@ -79,11 +79,6 @@ def stack_spec(frame: FieldSpec, k: int) -> FieldSpec:
     return FieldSpec("states", (k,) + tuple(frame.shape), frame.dtype)
 
 
-def stacked_fields(fields: dict, k: int) -> dict:
-    """``fields`` as the user sees them: states as whole stacks."""
-    return {name: stack_spec(spec, k) if name == "states" else spec for name, spec in fields.items()}
-
-
 def record_window(max_size: int, num_envs: int, k: int) -> int:
     return max_size + k * num_envs
 
@@ -119,14 +114,14 @@ def overlap_rule(num_envs: int, k: int, frame_bytes: int):
     """``overlaps(states, next_states)`` as a function for the fast add: ``memcmp`` of each
     env's ``k - 1`` shared frames where both arrays are C-contiguous, else ``overlaps``."""
     shared, row = (k - 1) * frame_bytes, k * frame_bytes
-    if _memcmp is None or not shared:
+    if memcmp is None or not shared:
         return overlaps
 
     def rule(states, next_states):
         if not (states.flags.c_contiguous and next_states.flags.c_contiguous):
             return overlaps(states, next_states)
         a, b = states.ctypes.data + frame_bytes, next_states.ctypes.data
-        return np.array([_memcmp(a + e * row, b + e * row, shared) == 0 for e in range(num_envs)])
+        return np.array([memcmp(a + e * row, b + e * row, shared) == 0 for e in range(num_envs)])
     return rule
 
 
@@ -241,5 +236,5 @@ class FrameStacks:
 
 
 __all__ = ["STACK_FILES", "STACK_RECORDS_FILE", "STACK_STATES_FILE", "STACK_TAIL_FILE", "FrameStacks",
-           "check_frame_stack", "create_stack_files", "frame_spec", "overlaps", "record_window", "stack_file_bytes",
-           "stack_spec", "stacked_fields", "tail_rows"]
+           "check_frame_stack", "create_stack_files", "frame_spec", "overlap_rule", "overlaps", "record_window",
+           "stack_file_bytes", "stack_spec", "tail_rows"]

@@ -44,11 +44,11 @@ JUMP_STATES_FILE = "jump_states.npy"
 SMALL_BYTES = 4096  # up to this many bytes a step's states are compared as bytes objects
 
 try:  # memcmp compares a frame stack in microseconds; without it, numpy compares (slower)
-    _memcmp = ctypes.CDLL(None).memcmp
-    _memcmp.restype = ctypes.c_int
-    _memcmp.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t]
+    memcmp = ctypes.CDLL(None).memcmp
+    memcmp.restype = ctypes.c_int
+    memcmp.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t]
 except (OSError, AttributeError):
-    _memcmp = None
+    memcmp = None
 
 
 def jump_capacity(max_size: int, reserve_rows: int) -> int:
@@ -77,13 +77,13 @@ def same_bytes(pair, nbytes: int):
     ``pair[parity]`` (one of the two ``ns_buffer`` areas, ``nbytes`` each) holds; NaNs
     compare by their bytes. Small areas as ``bytes``; large ones by ``memcmp`` at the
     areas' fixed addresses (a frame stack in microseconds)."""
-    if nbytes <= SMALL_BYTES or _memcmp is None:
+    if nbytes <= SMALL_BYTES or memcmp is None:
         return lambda a, parity: a.tobytes() == pair[parity].tobytes()
     addresses = tuple(area.ctypes.data for area in pair)  # the mapping stays while ``pair`` holds it
 
     def same(a, parity):
         if a.nbytes == nbytes and a.flags.c_contiguous:
-            return _memcmp(a.ctypes.data, addresses[parity], nbytes) == 0
+            return memcmp(a.ctypes.data, addresses[parity], nbytes) == 0
         return a.tobytes() == pair[parity].tobytes()
     return same
 
@@ -237,5 +237,5 @@ class JumpRing:
         self.fd = close_fd(self.fd)
 
 
-__all__ = ["JUMPS_FILE", "JUMP_STATES_FILE", "JumpRing", "same_bytes", "create_jump_files", "jump_capacity",
+__all__ = ["JUMPS_FILE", "JUMP_STATES_FILE", "JumpRing", "memcmp", "same_bytes", "create_jump_files", "jump_capacity",
            "rows_differ"]

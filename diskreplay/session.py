@@ -269,7 +269,7 @@ class Session:
 
     def _stack_rows(self, slots, names, head: int, ns_rows: np.ndarray, fix: Callable | None) -> dict:
         """Rows of a frame-stack store: its other fields as stored, whole states and next
-        states rebuilt from frames (``FrameStacks.rebuild``; ``fix`` patches frames too)."""
+        states rebuilt from frames (``FrameStacks.plan`` and ``finish``; ``fix`` patches frames too)."""
         m, n, seen, base = self.max_size, self.num_envs, self.seen, self.base
         slots = np.asarray(slots, np.int64)
         if names is None:
