@@ -83,7 +83,8 @@ class Flushing:
             self.prio.checkpoint(generation, seen, base)
         ckfile.write(slot, generation=generation, seen=seen, base=base, draws=self.sampler.draws,
                      resets=self.resets, ns_rows=ns_rows,
-                     reserve_first=first_overwrite if count else seen + 1, reserve_parts=parts, jumps=self.jcount)
+                     reserve_first=first_overwrite if count else seen + 1, reserve_parts=parts, jumps=self.jcount,
+                     stacks=self.scount if self.data.stacks is not None else None)
         self.checkpoint = ckfile.read_header(slot)
         if self.checkpoint is None:
             raise StoreIOError(f"{ckfile.path}: the checkpoint just written does not read back")
@@ -93,11 +94,13 @@ class Flushing:
         """The newest transition an add may write before a flush is due: past it, a slot
         would be overwritten that the newest checkpoint holds no undo copy of."""
         if self.fields is None:
-            self.flush_before = self.jump_limit = 1 << 62
+            self.flush_before = self.jump_limit = self.stack_limit = 1 << 62
             return
         c = self.checkpoint
-        # The jump ring keeps reserve_rows records of room beyond the checkpoint's window (jumps.py).
+        # The jump ring keeps reserve_rows records of room beyond the checkpoint's window (jumps.py),
+        # and so does a frame-stack store's stack ring (framestack.py).
         self.jump_limit = (c.jumps if c else self.jcount) + self.reserve_rows
+        self.stack_limit = (c.stacks if c else self.scount) + self.reserve_rows
         limit = max(c.seen + self.reserve_rows, self.base + self.max_size) if c else self.base + self.max_size
         if c is not None and c.base != self.base:
             limit = self.base + self.max_size
@@ -107,13 +110,15 @@ class Flushing:
         self.flush_before = limit
 
 
-def initial_checkpoint(specs: dict, num_envs: int):
-    """An initial checkpoint at seen_size 0: recovery always has one to fall back on."""
-    states = specs["states"]
+def initial_checkpoint(specs: dict, num_envs: int, states=None):
+    """An initial checkpoint at seen_size 0: recovery always has one to fall back on.
+    ``states``: the spec of a whole state when it is not ``specs["states"]`` (frame stacks)."""
+    states = specs["states"] if states is None else states
+    stacks = 0 if states is not specs["states"] else None
 
     def write(ckfile) -> None:
         ckfile.write(1, generation=1, seen=0, base=0, draws=0, resets=0,
                      ns_rows=np.zeros((num_envs,) + states.shape, states.dtype),
-                     reserve_first=1, reserve_parts={name: [] for name in specs})
+                     reserve_first=1, reserve_parts={name: [] for name in specs}, stacks=stacks)
 
     return write

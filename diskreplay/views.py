@@ -124,7 +124,7 @@ def disk_bytes(path) -> int:
 
 def store_info(buf: DiskReplay) -> dict:
     """What the store holds, as JSON-ready values: backend, sizes, counters, fields, disk use,
-    whether a writer is live and the time of the last flush."""
+    whether a writer is live and the time of the last flush (and ``frame_stack`` where set)."""
     fields = buf.fields or {}
     snap = snapshot(buf)
     flush_ns = buf.last_flush_ns
@@ -148,6 +148,8 @@ def store_info(buf: DiskReplay) -> dict:
         "writer_alive": writer_alive(buf.path),
         "last_flush": (time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(flush_ns / 1e9))
                        if flush_ns else None),
+        # frame stacks: states are stacks of this many frames, stored one frame per transition
+        **({"frame_stack": buf.frame_stack} if buf.frame_stack else {}),
     }
 
 
