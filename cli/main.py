@@ -95,7 +95,7 @@ def info(path: str, as_json: bool) -> None:
         echo_json(data)
         return
     keys = ("path", "backend", "format_version", "max_size", "size", "seen_size", "head", "num_envs",
-            "batch_size", "use_cer") + (("prioritized", "alpha", "epsilon") if data["prioritized"] else ()) + (
+            "batch_size", "use_cer") + (("prioritized", "alpha", "epsilon", "priority_tree") if data["prioritized"] else ()) + (
             ("frame_stack",) if "frame_stack" in data else ()) + ("disk_bytes",)
     echo_lines(kv_lines([(k, data[k]) for k in keys] + [("writer", "live" if data["writer_alive"] else "none"),
                                                         ("last_flush", data["last_flush"] or "never")]))

@@ -28,7 +28,7 @@ import time
 
 import numpy as np
 
-from . import ring
+from . import ring, sumtree
 from .chrono import (BLOCK_BYTES, TOO_FAST, Block, ChronoReader, Snapshot, block_rows, require_fields as _require_fields,
                      snapshot)
 from .errors import EmptyStoreError, InvalidArgumentError, OvertakenError
@@ -142,6 +142,8 @@ def store_info(buf: DiskReplay) -> dict:
         "prioritized": buf.prioritized,
         "alpha": buf.alpha,
         "epsilon": buf.epsilon,
+        # which sum tree samples it here: "C" (the extension built at install) or "numpy"
+        **({"priority_tree": sumtree.implementation()} if buf.prioritized else {}),
         "fields": {name: {"shape": list(shape), "dtype": np.dtype(dtype).name}
                    for name, (shape, dtype) in fields.items()},
         "disk_bytes": disk_bytes(buf.path),

@@ -447,13 +447,15 @@ def test_info_shows_alpha_and_epsilon_and_the_cli_samples_with_weights(tmp_path,
         assert out.exit_code == 0, out.output
         data = json.loads(out.output)
         assert (data["prioritized"], data["alpha"], data["epsilon"]) == (True, 0.5, 0.01)
+        assert data["priority_tree"] == "C"  # the install builds the extension (tests/test_sumtree_native.py)
         text = runner.invoke(main, ["info", buf.path]).output
         assert "alpha           0.5" in text and "epsilon         0.01" in text
+        assert "priority_tree   C" in text
         out = runner.invoke(main, ["sample", buf.path, "-n", "3"])
         assert out.exit_code == 0 and "weights" in out.output.splitlines()[0]
     with DiskReplay.create(tmp_path / "u", 10, backend=backend) as buf:
         lines = CliRunner().invoke(main, ["info", buf.path]).output.splitlines()
-        assert not [line for line in lines if line.startswith(("alpha", "prioritized"))]
+        assert not [line for line in lines if line.startswith(("alpha", "prioritized", "priority_tree"))]
 
 
 def test_verify_checks_the_priorities_and_their_tree(tmp_path):
