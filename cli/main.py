@@ -84,7 +84,8 @@ def main() -> None:
 @handle_errors
 def info(path: str, as_json: bool) -> None:
     """Show what the store at PATH holds: backend, sizes, counters and fields
-    (and alpha and epsilon of a prioritized store).
+    (and alpha and epsilon of a prioritized store, frame_stack of a store of frame stacks,
+    whose states field shows whole stacks).
 
     Example: diskreplay info runs/pong.replay
     """
@@ -94,8 +95,8 @@ def info(path: str, as_json: bool) -> None:
         echo_json(data)
         return
     keys = ("path", "backend", "format_version", "max_size", "size", "seen_size", "head", "num_envs",
-            "batch_size", "use_cer") + (("prioritized", "alpha", "epsilon") if data["prioritized"] else ()) + (
-            "disk_bytes",)
+            "batch_size", "use_cer") + (("prioritized", "alpha", "epsilon", "priority_tree") if data["prioritized"] else ()) + (
+            ("frame_stack",) if "frame_stack" in data else ()) + ("disk_bytes",)
     echo_lines(kv_lines([(k, data[k]) for k in keys] + [("writer", "live" if data["writer_alive"] else "none"),
                                                         ("last_flush", data["last_flush"] or "never")]))
     click.echo("fields:")

@@ -24,9 +24,12 @@ CHECKPOINT_FILE = "checkpoint.bin"
 HEADER_BYTES = 4096
 MAGIC = b"DRCKPT01"
 # magic, version, slot, generation, seen, base, draws, resets, reserve_first,
-# reserve_count, flush_time_ns, [jumps: version 2 only], body_len, body_crc, header_crc
-_HEADERS = {1: struct.Struct("<8sII9QII"), 2: struct.Struct("<8sII10QII")}
+# reserve_count, flush_time_ns, [jumps: version 2 and 3], [stacks: version 3 only], body_len,
+# body_crc, header_crc
+_HEADERS = {1: struct.Struct("<8sII9QII"), 2: struct.Struct("<8sII10QII"), 3: struct.Struct("<8sII11QII")}
 _HEADER = _HEADERS[2]  # written; version 1 (format 1 stores, no jump count) is still read
+# Version 3 (the stack ring's count too) is written by frame-stack stores only, so the
+# checkpoints of every other store stay as they were.
 _VERSION = struct.Struct("<I")
 
 
@@ -46,15 +49,19 @@ class Checkpoint:
     reserve_count: int
     flush_time_ns: int
     jumps: int = 0  # records of the jump ring (jumps.py) at the flush; 0 in a version 1 header
+    stacks: int = 0  # records of the stack ring (framestack.py) at the flush; 0 below version 3
 
 
 class CheckpointLayout:
     """Byte layout of the checkpoint file for a store's fields and reserve size."""
 
-    def __init__(self, fields: dict, num_envs: int, reserve_rows: int):
+    def __init__(self, fields: dict, num_envs: int, reserve_rows: int, state=None):
+        """``state``: the spec of one state where it is not the ``states`` field's rows (a
+        frame-stack store keeps frames as rows, whole stacks in the ``ns_buffer``)."""
         self.fields = fields
         self.reserve_rows = reserve_rows
-        self.ns_bytes = num_envs * fields["states"].row_bytes
+        self.state = fields["states"] if state is None else state
+        self.ns_bytes = num_envs * self.state.row_bytes
         self.field_offsets = {}
         pos = self.ns_bytes
         for name, spec in fields.items():
@@ -101,29 +108,31 @@ class CheckpointFile:
         """The slot's header if header and body checksums hold, else None. ``body_crc_known``:
         the body's CRC as ``write`` computed it from the bytes it wrote, compared instead of
         reading the body back (16 MiB on a default reserve: tens of ms in every flush)."""
-        raw = os.pread(self.fd, _HEADER.size, self.layout.slot_offset(slot))
-        if len(raw) != _HEADER.size:
+        raw = os.pread(self.fd, _HEADERS[3].size, self.layout.slot_offset(slot))
+        if len(raw) < 12:
             return None
         header = _HEADERS.get(_VERSION.unpack_from(raw, 8)[0])
-        if header is None:
+        if header is None or len(raw) < header.size:
             return None
         raw = raw[:header.size]
         fields = list(header.unpack(raw))
         if header is _HEADERS[1]:
             fields.insert(11, 0)
+        if header is not _HEADERS[3]:
+            fields.insert(12, 0)
         (magic, version, slot_no, generation, seen, base, draws, resets, first, count,
-         flush_ns, jumps, body_len, body_crc, header_crc) = fields
+         flush_ns, jumps, stacks, body_len, body_crc, header_crc) = fields
         if magic != MAGIC or slot_no != slot:
             return None
         if zlib.crc32(raw[:-4]) != header_crc or body_len != self.layout.body_bytes:
             return None
         limit = 1 << 62
         if not (0 <= base <= seen < limit and draws < limit and resets < limit and first < limit
-                and count <= self.layout.reserve_rows and jumps < limit):
+                and count <= self.layout.reserve_rows and jumps < limit and 0 <= stacks < limit):
             return None
         if (self._body_crc(slot) if body_crc_known is None else body_crc_known) != body_crc:
             return None
-        return Checkpoint(slot, generation, seen, base, draws, resets, first, count, flush_ns, jumps)
+        return Checkpoint(slot, generation, seen, base, draws, resets, first, count, flush_ns, jumps, stacks)
 
     def _body_crc(self, slot: int) -> int:
         return self._crc_range(self.layout.slot_offset(slot) + HEADER_BYTES, self.layout.body_bytes)
@@ -142,7 +151,8 @@ class CheckpointFile:
     def header_bytes(self) -> bytes:
         """Both slots' headers as stored (two small reads): they change with every
         completed checkpoint write, since the header is written last."""
-        return b"".join(os.pread(self.fd, _HEADER.size, self.layout.slot_offset(slot)) for slot in (0, 1))
+        size = _HEADERS[3].size
+        return b"".join(os.pread(self.fd, size, self.layout.slot_offset(slot)) for slot in (0, 1))
 
     def newest(self) -> Checkpoint | None:
         """The valid checkpoint with the highest generation (None if neither slot is valid)."""
@@ -151,10 +161,12 @@ class CheckpointFile:
         return max(found, key=lambda c: c.generation) if found else None
 
     def write(self, slot: int, generation: int, seen: int, base: int, draws: int, resets: int,
-              ns_rows: np.ndarray, reserve_first: int, reserve_parts: dict, jumps: int = 0) -> int:
+              ns_rows: np.ndarray, reserve_first: int, reserve_parts: dict, jumps: int = 0,
+              stacks: int | None = None) -> int:
         """Write a whole slot and fsync it; return the body's CRC. ``reserve_parts[name]`` is
         a list of row blocks (views into the ring) holding the rows from ``reserve_first`` on,
-        in order, for every field in the layout's order."""
+        in order, for every field in the layout's order. ``stacks`` (a frame-stack store's
+        stack ring count) makes a version 3 header."""
         base_off = self.layout.slot_offset(slot) + HEADER_BYTES
         # The body checksum covers the whole region as it is in the file, unused rows too,
         # because that is what recovery reads back. It is computed from the bytes as they are
@@ -177,8 +189,12 @@ class CheckpointFile:
                     raise CorruptStoreError(f"{self.path} is shorter than its layout")
             count = rows
         flush_ns = time.time_ns()
-        header = _HEADER.pack(MAGIC, 2, slot, generation, seen, base, draws, resets,
-                              reserve_first, count, flush_ns, jumps, self.layout.body_bytes, 0, 0)
+        if stacks is None:
+            header = _HEADER.pack(MAGIC, 2, slot, generation, seen, base, draws, resets,
+                                  reserve_first, count, flush_ns, jumps, self.layout.body_bytes, 0, 0)
+        else:
+            header = _HEADERS[3].pack(MAGIC, 3, slot, generation, seen, base, draws, resets,
+                                      reserve_first, count, flush_ns, jumps, stacks, self.layout.body_bytes, 0, 0)
         try:
             os.fsync(self.fd)
         except OSError as exc:
@@ -215,7 +231,7 @@ class CheckpointFile:
         return out
 
     def read_ns(self, slot: int, num_envs: int) -> np.ndarray:
-        spec = self.layout.fields["states"]
+        spec = self.layout.state
         raw = os.pread(self.fd, self.layout.ns_bytes, self.layout.slot_offset(slot) + HEADER_BYTES)
         return np.frombuffer(raw, spec.dtype).reshape((num_envs,) + spec.shape).copy()
 

@@ -39,20 +39,22 @@ def convert_store(src, dst, *, backend, progress=None, overwrite=False, block_ro
                                backend=backend, batch_size=desc["batch_size"], use_cer=desc["use_cer"],
                                entropy=desc["seed_entropy"], specs=source.fields, overwrite=overwrite,
                                flush_every=desc["flush_every"],
-                               priority_keys={k: desc[k] for k in ("prioritized", "alpha", "epsilon") if k in desc})
+                               priority_keys={k: desc[k] for k in ("prioritized", "alpha", "epsilon") if k in desc},
+                               frame_stack=source.frame_stack)
         try:
             state = source.state()
-            ns_rows, jumps = None, 0
+            ns_rows, jumps, stacks = None, 0, 0
             if source.fields is not None:
                 _copy_rows(source, target, ring.ring_size(state.seen, state.base, source.max_size),
                            progress, block_rows)
                 ns_rows = source.current_ns()
                 jumps = _copy_jumps(source, target, state)
+                stacks = _copy_stacks(source, target)
             if source.prio is not None:  # a prioritized store: its priorities as a reader sees them
                 source._current_priorities()
                 target.prio.adopt(source.prio.tree.leaves[:source.max_size], source.prio.view_max_p,
                                   state.seen, state.base)
-            target.adopt(state, ns_rows, jumps)
+            target.adopt(state, ns_rows, jumps, stacks)
         finally:
             target.close()
     finally:
@@ -70,6 +72,21 @@ def _copy_jumps(source: Reader, target: Writer, state: ring.RingState) -> int:
     count = 0
     for lo in range(0, len(ts), step):
         count = target.data.jumps.append(count, ts[lo:lo + step], source.data.jumps.states(ks[lo:lo + step]))
+    return count
+
+
+def _copy_stacks(source: Reader, target: Writer) -> int:
+    """A frame-stack store: the stack ring's records in its lookup window (whole states that
+    live stacks may start from), and the tail of overwritten frames, row for row."""
+    if source.data.stacks is None:
+        return 0
+    src, dst = source.data.stacks, target.data.stacks
+    ts, ks = src.records.window_records(source.scount, 0, source.seen)
+    step = max(1, BLOCK_BYTES // max(1, src.records.spec.row_bytes))
+    count = 0
+    for lo in range(0, len(ts), step):
+        count = dst.append(count, ts[lo:lo + step], src.records.states(ks[lo:lo + step]))
+    dst.tail[:] = src.tail
     return count
 
 

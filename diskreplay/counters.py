@@ -24,8 +24,8 @@ MAGIC = int.from_bytes(b"DRMETA01", "little", signed=True)
 
 # Word indices of the record.
 W_MAGIC, W_VERSION, W_SEEN, W_CHECK, W_INTENT, W_BASE, W_DRAWS, W_KEY = range(8)
-W_BOOT, W_PID, W_CLEAN, W_FLUSH_NS, W_RESETS, W_CHECKPOINT, W_JUMPS = range(8, 15)
-NWORDS = 15
+W_BOOT, W_PID, W_CLEAN, W_FLUSH_NS, W_RESETS, W_CHECKPOINT, W_JUMPS, W_STACKS = range(8, 16)
+NWORDS = 16
 COMMIT_RETRIES = 200  # re-reads (0.5 ms apart) of a record caught between two stores of a commit
 
 
@@ -66,6 +66,11 @@ def record_jumps(words: np.ndarray, count: int) -> None:
     words[W_JUMPS] = count
 
 
+def record_stacks(words: np.ndarray, count: int) -> None:
+    """As ``record_jumps``, for the stack ring of a frame-stack store (``framestack.py``)."""
+    words[W_STACKS] = count
+
+
 def commit_step(words: np.ndarray, t_end: int, key: int) -> None:
     """Step 3 of an add, after its rows and next states are written: commit ``seen_size``,
     then the check word that vouches for it (see the module docstring)."""
@@ -98,8 +103,8 @@ class Counters:
             return "seen_size and its check word disagree"
         if not (0 <= base <= seen) or seen % num_envs or base % num_envs:
             return f"seen_size {seen} / reset base {base} are not valid for {num_envs} envs"
-        if w[W_DRAWS] < 0 or w[W_RESETS] < 0 or w[W_JUMPS] < 0:
-            return "negative sampler draws, reset count or jump count"
+        if w[W_DRAWS] < 0 or w[W_RESETS] < 0 or w[W_JUMPS] < 0 or w[W_STACKS] < 0:
+            return "negative sampler draws, reset count, jump count or stack count"
         if w[W_INTENT] not in (seen, seen + num_envs):
             return f"in-flight marker {w[W_INTENT]} does not follow seen_size {seen}"
         return None
@@ -112,12 +117,16 @@ class Counters:
         seen = int(w[W_CHECK]) ^ int(w[W_KEY])
         return seen, int(w[W_INTENT]), int(w[W_BASE]), int(w[W_DRAWS]), resets
 
-    def commit_state(self, seen: int, base: int, draws: int, resets: int, jumps: int | None = None) -> None:
+    def commit_state(self, seen: int, base: int, draws: int, resets: int, jumps: int | None = None,
+                     stacks: int | None = None) -> None:
         """Overwrite the whole state (used at open and reset, never on the hot path);
-        ``jumps`` (the jump ring's record count) is kept as it is when None."""
+        ``jumps`` (the jump ring's record count) and ``stacks`` (the stack ring's) are kept
+        as they are when None."""
         w = self.words
         if jumps is not None:
             w[W_JUMPS] = jumps
+        if stacks is not None:
+            w[W_STACKS] = stacks
         w[W_MAGIC] = MAGIC  # recovery may be rewriting a damaged record
         w[W_VERSION] = 1
         w[W_INTENT] = seen

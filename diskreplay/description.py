@@ -15,7 +15,10 @@ DESCRIPTION_FILE = "store.json"
 
 
 def new_description(*, backend, max_size, num_envs, batch_size, use_cer, fields, entropy,
-                    reserve_rows, flush_every) -> dict:
+                    reserve_rows, flush_every, frame_stack=None) -> dict:
+    """``frame_stack`` (an int) adds the key ``frame_stack``; ``fields`` then holds one frame
+    as ``states`` (the rows stored), and other stores' descriptions stay as they were."""
+    extra = {} if frame_stack is None else {"frame_stack": frame_stack}
     return {
         "format": "diskreplay",
         "format_version": FORMAT_VERSION,
@@ -29,6 +32,7 @@ def new_description(*, backend, max_size, num_envs, batch_size, use_cer, fields,
         "reserve_rows": reserve_rows,
         "flush_every": flush_every,
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        **extra,
     }
 
 
@@ -83,7 +87,8 @@ def parse_description(raw: bytes, path: str = DESCRIPTION_FILE, backends=None) -
     need("seed_entropy", lambda v: isinstance(v, str) and 0 < len(v) <= 200 and v.isascii() and v.isdigit(),
          "a decimal string")
     need("flush_every", lambda v: v is None or (_is_int(v) and v >= 1), "null or an integer >= 1")
-    out = dict(d)
+    need("frame_stack", lambda v: v is None or (_is_int(v) and 2 <= v <= 1 << 20), "absent or an integer >= 2")
+    out = dict(d)  # "frame_stack" only where it was written: read it with out.get("frame_stack")
     if d.get("fields") is None:
         out["fields"] = None
         out["reserve_rows"] = None

@@ -148,6 +148,139 @@ def fast_vector_add(w):
     return add
 
 
+def fast_stack_add(w):
+    """``add`` for one env of a frame-stack store: ``fast_add``'s checks, then what
+    ``fast_stack_vector_add`` does for one row (anything else goes through the general path)."""
+    specs, st = w.fields, w.state_spec
+    shape, dtype = st.shape, st.dtype
+    (a_types, a_lo, a_hi), (r_types, r_lo, r_hi), (d_types, d_lo, d_hi) = (
+        _fast_scalar_rule(specs[name]) for name in ("actions", "rewards", "dones"))
+    states, actions, rewards, dones = _core_arrays(w)
+    extras_ok, extra_arrays = _extras_rule(w, ()), _extra_arrays(w)
+    has_extras = bool(extra_arrays)
+    ns_rows = w.views["ns_rows"] = w.data.ns[:, 0]  # made read-only with the arrays at close
+    ns_pair = (ns_rows[0], ns_rows[1])
+    small, same = st.row_bytes <= SMALL_BYTES, same_bytes(ns_pair, st.row_bytes)
+    stacks = w.data.stacks
+    tail, tail_rows, overlap = stacks.tail, stacks.rows, stacks.overlap_rule(1)
+    words, key, max_size, mutex, settle, general = w.words, w.key, w.max_size, w.mutex, w.settle, w.add
+    ndarray = np.ndarray
+
+    def add(state, action, reward, next_state, done, **extra):
+        with mutex:
+            if (w.busy is not None or not w.live or (extra or has_extras) and not extras_ok(extra)
+                    or type(state) is not ndarray or state.shape != shape
+                    or state.dtype != dtype or type(next_state) is not ndarray or next_state.shape != shape
+                    or next_state.dtype != dtype or type(action) not in a_types or not a_lo <= action <= a_hi
+                    or type(reward) not in r_types or not r_lo <= reward <= r_hi
+                    or type(done) not in d_types or not d_lo <= done <= d_hi):
+                return general(state, action, reward, next_state, done, extra)
+            seen, base, previous = w.seen, w.base, w.overlap
+            t = seen + 1
+            if previous is None or not previous[0] or seen == base or t > w.due or (
+                    state.tobytes() != ns_pair[seen & 1].tobytes() if small else not same(state, seen & 1)):
+                return general(state, action, reward, next_state, done, extra)
+            overlaps = overlap(state[np.newaxis], next_state[np.newaxis])
+            try:
+                w.overlap = None  # unknown until the step commits (as in Writer._write_step)
+                words[W_INTENT] = t
+                slot = (seen - base) % max_size
+                if seen - base >= max_size:  # the ring is full: keep the frame this step overwrites
+                    tail[(seen - max_size) % tail_rows] = states[slot]
+                states[slot] = state[-1]
+                actions[slot] = action
+                rewards[slot] = reward
+                dones[slot] = done
+                if has_extras:
+                    for name, arr in extra_arrays:
+                        arr[slot] = extra[name]
+                ns_rows[t & 1] = next_state
+                words[W_SEEN] = t
+                words[W_CHECK] = t ^ key
+                w.seen = t
+                w.overlap = overlaps
+            except BaseException:
+                settle()
+                raise
+
+    return add
+
+
+def fast_stack_vector_add(w):
+    """``add`` for a vector env of a frame-stack store (``framestack.py``), on the fast
+    vector add's checks: the step continues every env's stack (its states are the previous
+    step's next states, byte for byte, and those overlapped their states by ``k - 1``
+    frames: no base to record), so it writes the frames the step overwrites to the tail,
+    each state's newest frame as its row, the other fields and the next states, and
+    remembers whether this step's next states overlap its states. Anything else (a base, a
+    wrap of the ring end, a flush due, other input) goes through the general path."""
+    n = w.num_envs
+    specs, st = w.fields, w.state_spec
+    s_shape, s_dt = (n,) + st.shape, st.dtype
+    (a_shape, a_dt), (r_shape, r_dt), (d_shape, d_dt) = (
+        ((n,) + specs[name].shape, specs[name].dtype) for name in ("actions", "rewards", "dones"))
+    states, actions, rewards, dones = _core_arrays(w)
+    extras_ok, extra_arrays = _extras_rule(w, (n,)), _extra_arrays(w)
+    has_extras = bool(extra_arrays)
+    ns = w.data.ns
+    ns_pair = (ns[0], ns[1])
+    step_bytes = n * st.row_bytes
+    small, same = step_bytes <= SMALL_BYTES, same_bytes(ns_pair, step_bytes)
+    stacks = w.data.stacks
+    tail, tail_rows, overlap = stacks.tail, stacks.rows, stacks.overlap_rule(n)
+    words, key, max_size, mutex, settle, general = w.words, w.key, w.max_size, w.mutex, w.settle, w.add
+    ndarray = np.ndarray
+
+    def add(state, action, reward, next_state, done, **extra):
+        with mutex:
+            if (w.busy is not None or not w.live or (extra or has_extras) and not extras_ok(extra)
+                    or type(state) is not ndarray or type(next_state) is not ndarray
+                    or type(action) is not ndarray or type(reward) is not ndarray or type(done) is not ndarray
+                    or state.shape != s_shape or next_state.shape != s_shape or action.shape != a_shape
+                    or reward.shape != r_shape or done.shape != d_shape
+                    or not (state.dtype is s_dt or state.dtype == s_dt)
+                    or not (next_state.dtype is s_dt or next_state.dtype == s_dt)
+                    or not (action.dtype is a_dt or action.dtype == a_dt)
+                    or not (reward.dtype is r_dt or reward.dtype == r_dt)
+                    or not (done.dtype is d_dt or done.dtype == d_dt)):
+                return general(state, action, reward, next_state, done, extra)
+            seen, base, previous = w.seen, w.base, w.overlap
+            t_end = seen + n
+            start = (seen - base) % max_size
+            stop = start + n
+            if previous is None or not previous.all() or seen == base or stop > max_size or t_end > w.due \
+                    or (state.tobytes() != ns_pair[(seen // n) & 1].tobytes() if small
+                        else not same(state, (seen // n) & 1)):
+                return general(state, action, reward, next_state, done, extra)
+            overlaps = overlap(state, next_state)
+            try:
+                w.overlap = None  # unknown until the step commits (as in Writer._write_step)
+                words[W_INTENT] = t_end
+                if seen - base >= max_size:  # the ring is full: keep the frames this step overwrites
+                    row = (seen - max_size) % tail_rows  # of transition seen - max_size + 1
+                    if row + n <= tail_rows:
+                        tail[row:row + n] = states[start:stop]
+                    else:
+                        stacks.save_tail(states, seen, base)
+                states[start:stop] = state[:, -1]
+                actions[start:stop] = action
+                rewards[start:stop] = reward
+                dones[start:stop] = done
+                if has_extras:
+                    for name, arr in extra_arrays:
+                        arr[start:stop] = extra[name]
+                ns[(t_end // n) & 1] = next_state
+                words[W_SEEN] = t_end
+                words[W_CHECK] = t_end ^ key
+                w.seen = t_end
+                w.overlap = overlaps
+            except BaseException:
+                settle()
+                raise
+
+    return add
+
+
 def _core_arrays(w) -> list:
     by_name = dict(zip(w.fields, w.arrays))
     return [by_name[name] for name in ("states", "actions", "rewards", "dones")]

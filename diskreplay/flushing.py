@@ -86,8 +86,9 @@ class Flushing:
         if self.prio is not None:  # its snapshot of this generation is durable before the header is
             self.prio.checkpoint(generation, seen, base)
         body_crc = ckfile.write(slot, generation=generation, seen=seen, base=base, draws=self.sampler.draws,
-                                resets=self.resets, ns_rows=ns_rows, reserve_first=first_overwrite if count else seen + 1,
-                                reserve_parts=parts, jumps=self.jcount)
+                                resets=self.resets, ns_rows=ns_rows,
+                                reserve_first=first_overwrite if count else seen + 1, reserve_parts=parts,
+                                jumps=self.jcount, stacks=self.scount if self.data.stacks is not None else None)
         self.checkpoint = ckfile.read_header(slot, body_crc)  # the header read back; the body's CRC as written
         if self.checkpoint is None:
             raise StoreIOError(f"{ckfile.path}: the checkpoint just written does not read back")
@@ -129,14 +130,16 @@ class Flushing:
         sum and sync (the first flush would otherwise take the whole ring: seconds on a
         large store, all on one add)."""
         if self.fields is None:
-            self.flush_before = self.jump_limit = self.due = self.early_at = 1 << 62
+            self.flush_before = self.jump_limit = self.stack_limit = self.due = self.early_at = 1 << 62
             self.written_back = 0
             return
         c = self.checkpoint
-        # The jump ring keeps reserve_rows records of room beyond the checkpoint's window (jumps.py).
-        # Records since the checkpoint are of transitions after c.seen - num_envs, so the row
-        # limit below implies this one; it stays as the rule the jump ring relies on.
+        # The jump ring keeps reserve_rows records of room beyond the checkpoint's window (jumps.py),
+        # and so does a frame-stack store's stack ring (framestack.py). Records since the
+        # checkpoint are of transitions after c.seen - num_envs, so the row limit below implies
+        # the jump ring's; it stays as the rule the jump ring relies on.
         self.jump_limit = (c.jumps if c else self.jcount) + self.reserve_rows
+        self.stack_limit = (c.stacks if c else self.scount) + self.reserve_rows
         if c is not None and c.base == self.base:
             limit = c.seen + self.reserve_rows
         else:  # no checkpoint of this ring yet (a reset not yet flushed): only the wrap needs one
@@ -152,13 +155,15 @@ def _page_floor(n: int) -> int:
     return n - n % mmap.PAGESIZE
 
 
-def initial_checkpoint(specs: dict, num_envs: int):
-    """An initial checkpoint at seen_size 0: recovery always has one to fall back on."""
-    states = specs["states"]
+def initial_checkpoint(specs: dict, num_envs: int, states=None):
+    """An initial checkpoint at seen_size 0: recovery always has one to fall back on.
+    ``states``: the spec of a whole state when it is not ``specs["states"]`` (frame stacks)."""
+    states = specs["states"] if states is None else states
+    stacks = 0 if states is not specs["states"] else None
 
     def write(ckfile) -> None:
         ckfile.write(1, generation=1, seen=0, base=0, draws=0, resets=0,
                      ns_rows=np.zeros((num_envs,) + states.shape, states.dtype),
-                     reserve_first=1, reserve_parts={name: [] for name in specs})
+                     reserve_first=1, reserve_parts={name: [] for name in specs}, stacks=stacks)
 
     return write

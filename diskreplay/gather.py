@@ -23,6 +23,7 @@ from .rowreader import RowReader, page_cached, read_span, will_need
 from .schema import CORE_FIELDS, FieldSpec
 
 LARGE_ROW_BYTES = 16 << 10  # states rows from this size on may be read by hinted positioned reads
+FRAME_ROW_BYTES = 4 << 10  # likewise the frames of a frame-stack store (a stack reads several)
 PROBE_ROWS = 2  # rows of a large-row batch checked for residency before choosing how to gather
 WARM_STREAK = 256  # probes in a row that found their row in RAM before the mapping is trusted again
 BATCH_ORDER = ("states", "actions", "rewards", "next_states", "dones")
@@ -99,6 +100,33 @@ class Gatherer:
         if want_ns and in_buffer.any():
             batch["next_states"][in_buffer] = ns_rows.take(buffer_idx[in_buffer], axis=0)
         return batch
+
+    def stack_rows(self, idxs: np.ndarray, names, frame_slots: np.ndarray, head: int, ns_rows: np.ndarray):
+        """``(rows, frames)`` of a frame-stack store: the fields ``names`` (not states) at
+        ``idxs`` and the ``states`` rows (one frame each) at ``frame_slots``. Through the
+        gather mapping while the frames are in RAM (``rows_cached``), or for a scan's runs
+        (``gather_some``); else each distinct frame once (a stack and its next state share
+        ``k - 1`` frames) and the other fields' rows, by one set of hinted positioned reads
+        all in flight together, as ``_gather_large`` reads whole states."""
+        spec = self.fields["states"]
+        cached = spec.row_bytes < FRAME_ROW_BYTES or not len(frame_slots) or \
+            self.rows_cached(frame_slots[:PROBE_ROWS])
+        if cached or slot_runs(idxs) is not None:
+            rows = self.gather_some(idxs, head, ns_rows, names) if names else {}
+            if cached:
+                return rows, self.storage.gather_arrays["states"].take(frame_slots, axis=0)
+            names = ()
+        else:
+            rows = {name: np.empty((len(idxs),) + self.fields[name].shape, self.fields[name].dtype)
+                    for name in names}
+        if self.row_reader is None:
+            self.row_reader = RowReader()
+        distinct, where = np.unique(frame_slots, return_inverse=True)
+        frames = np.empty((len(distinct),) + spec.shape, spec.dtype)
+        locations = self.storage.locations
+        self.row_reader.gather_many([locations["states"] + (distinct, frames)]
+                                    + [locations[name] + (idxs, rows[name]) for name in names])
+        return rows, frames.take(where.reshape(-1), axis=0)
 
     def rows_cached(self, idxs) -> bool:
         """Whether to copy a large-row batch from the gather mapping: the first page of each

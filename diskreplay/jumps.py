@@ -35,6 +35,7 @@ import numpy as np
 
 from .errors import CorruptStoreError
 from .fsutil import close_fd, io_error
+from .rowreader import will_need
 from .npyfile import create_npy, expected_npy_bytes, open_npy, read_npy_header, write_npy_header
 from .schema import FieldSpec
 
@@ -43,21 +44,23 @@ JUMP_STATES_FILE = "jump_states.npy"
 SMALL_BYTES = 4096  # up to this many bytes a step's states are compared as bytes objects
 
 try:  # memcmp compares a frame stack in microseconds; without it, numpy compares (slower)
-    _memcmp = ctypes.CDLL(None).memcmp
-    _memcmp.restype = ctypes.c_int
-    _memcmp.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t]
+    memcmp = ctypes.CDLL(None).memcmp
+    memcmp.restype = ctypes.c_int
+    memcmp.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t]
 except (OSError, AttributeError):
-    _memcmp = None
+    memcmp = None
 
 
 def jump_capacity(max_size: int, reserve_rows: int) -> int:
     return max_size + reserve_rows
 
 
-def create_jump_files(directory: str, states: FieldSpec, capacity: int) -> None:
-    """``jumps.npy`` preallocated; ``jump_states.npy`` a sparse file of the full size."""
-    create_npy(os.path.join(directory, JUMPS_FILE), (capacity,), np.dtype(np.int64))
-    path = os.path.join(directory, JUMP_STATES_FILE)
+def create_jump_files(directory: str, states: FieldSpec, capacity: int,
+                      names: tuple = (JUMPS_FILE, JUMP_STATES_FILE)) -> None:
+    """``jumps.npy`` preallocated; ``jump_states.npy`` a sparse file of the full size.
+    ``names``: the two files' names (``framestack.py`` keeps a second ring of this kind)."""
+    create_npy(os.path.join(directory, names[0]), (capacity,), np.dtype(np.int64))
+    path = os.path.join(directory, names[1])
     shape = (capacity,) + states.shape
     try:
         with open(path, "wb") as f:
@@ -74,13 +77,13 @@ def same_bytes(pair, nbytes: int):
     ``pair[parity]`` (one of the two ``ns_buffer`` areas, ``nbytes`` each) holds; NaNs
     compare by their bytes. Small areas as ``bytes``; large ones by ``memcmp`` at the
     areas' fixed addresses (a frame stack in microseconds)."""
-    if nbytes <= SMALL_BYTES or _memcmp is None:
+    if nbytes <= SMALL_BYTES or memcmp is None:
         return lambda a, parity: a.tobytes() == pair[parity].tobytes()
     addresses = tuple(area.ctypes.data for area in pair)  # the mapping stays while ``pair`` holds it
 
     def same(a, parity):
         if a.nbytes == nbytes and a.flags.c_contiguous:
-            return _memcmp(a.ctypes.data, addresses[parity], nbytes) == 0
+            return memcmp(a.ctypes.data, addresses[parity], nbytes) == 0
         return a.tobytes() == pair[parity].tobytes()
     return same
 
@@ -95,16 +98,23 @@ def rows_differ(states: np.ndarray, previous: np.ndarray) -> np.ndarray:
 class JumpRing:
     """The opened jump files of a store (see the module docstring)."""
 
-    def __init__(self, directory: str, states: FieldSpec, max_size: int, reserve_rows: int, writable: bool):
-        self.capacity = jump_capacity(max_size, reserve_rows)
-        self.window = max_size
+    def __init__(self, directory: str, states: FieldSpec, max_size: int, reserve_rows: int, writable: bool,
+                 names: tuple = (JUMPS_FILE, JUMP_STATES_FILE), window: int | None = None):
+        """``window``: how many of the newest records lookups search (``max_size`` unless
+        given); the capacity is ``window + reserve_rows``."""
+        self.window = max_size if window is None else window
+        self.capacity = self.window + reserve_rows
         self.room = reserve_rows
         self.spec = states
         self.fd = -1
-        self.file, self.records, _ = open_npy(os.path.join(directory, JUMPS_FILE), (self.capacity,),
+        # The transition numbers of records [cache_lo, cache_lo + len(cache_ts)), copied from
+        # the ring as lookups need them: a lookup then searches RAM, not the mapped file
+        # (whose pages a cold batch would fault in one binary-search step at a time).
+        self.cache_lo, self.cache_ts = 0, np.empty(0, np.int64)
+        self.file, self.records, _ = open_npy(os.path.join(directory, names[0]), (self.capacity,),
                                               np.dtype(np.int64), writable)
         try:
-            self.path = os.path.join(directory, JUMP_STATES_FILE)
+            self.path = os.path.join(directory, names[1])
             shape = (self.capacity,) + states.shape
             found_shape, found_dtype, self.offset = read_npy_header(self.path)
             size = os.stat(self.path).st_size
@@ -121,36 +131,53 @@ class JumpRing:
             raise
 
     # ------------------------------------------------------------------ reading
-    def committed(self, count: int, seen: int, num_envs: int) -> int:
+    def committed(self, count: int, seen: int, num_envs: int, newest: int | None = None) -> int:
         """``count`` less the records of a step that was not committed: every committed
         record is of a transition whose successor in its env was added (``t <= seen -
-        num_envs``); a writer killed after storing the count but before its commit leaves
-        records of newer transitions, which recovery and readers leave out."""
+        num_envs``, or ``t <= newest`` when given); a writer killed after storing the count
+        but before its commit leaves records of newer transitions, which recovery and
+        readers leave out."""
         stop = max(0, count - num_envs)
-        while count > stop and int(self.records[(count - 1) % self.capacity]) > seen - num_envs:
+        newest = seen - num_envs if newest is None else newest
+        while count > stop and int(self.records[(count - 1) % self.capacity]) > newest:
             count -= 1
         return count
 
     def find(self, ts: np.ndarray, count: int) -> tuple[np.ndarray, np.ndarray]:
         """``(found, k)``: for each transition number in ``ts``, whether one of the newest
-        ``window`` of the first ``count`` records is of it, and that record's number."""
+        ``window`` of the first ``count`` records is of it, and that record's number (``k``
+        is meaningful only where found)."""
         ts = np.asarray(ts, np.int64)
-        found = np.zeros(len(ts), bool)
-        ks = np.zeros(len(ts), np.int64)
         lo = max(0, count - self.window)
         if count <= lo or not len(ts):
-            return found, ks
-        start = lo % self.capacity
-        first = min(count - lo, self.capacity - start)
-        for k0, seg in ((lo, self.records[start:start + first]), (lo + first, self.records[:count - lo - first])):
-            if not len(seg):
-                continue
-            pos = np.searchsorted(seg, ts)
-            hit = pos < len(seg)
-            hit[hit] = seg[pos[hit]] == ts[hit]
-            found |= hit
-            ks[hit] = k0 + pos[hit]
-        return found, ks
+            return np.zeros(len(ts), bool), np.zeros(len(ts), np.int64)
+        window = self._window(lo, count)
+        pos = window.searchsorted(ts)  # records of a window are sorted
+        np.minimum(pos, len(window) - 1, out=pos)
+        return window.take(pos) == ts, pos + lo
+
+    def _window(self, lo: int, count: int) -> np.ndarray:
+        """The transition numbers of records ``[lo, count)``, from the copy in RAM, which
+        takes only the records added since (a committed record does not change while it is
+        in the window; a count below the copy's end drops the rest, which may not be committed)."""
+        c_lo, c_hi = self.cache_lo, self.cache_lo + len(self.cache_ts)
+        if count < c_hi:
+            self.cache_ts = self.cache_ts[:max(0, count - c_lo)]
+            c_hi = self.cache_lo + len(self.cache_ts)
+        if not c_lo <= lo <= c_hi:
+            self.cache_lo, self.cache_ts, c_lo, c_hi = lo, np.empty(0, np.int64), lo, lo
+        if count > c_hi:
+            new = np.asarray(self.records[np.arange(c_hi, count, dtype=np.int64) % self.capacity], np.int64)
+            keep = self.cache_ts[lo - c_lo:]
+            self.cache_ts, self.cache_lo = np.concatenate([keep, new]), lo
+        elif lo > c_lo:
+            self.cache_ts, self.cache_lo = self.cache_ts[lo - c_lo:], lo
+        return self.cache_ts[:count - self.cache_lo]
+
+    def will_need(self, ks) -> None:
+        """Announce the rows of records ``ks`` to the kernel (their reads start now)."""
+        for k in np.asarray(ks).tolist():
+            will_need(self.fd, self.offset + (k % self.capacity) * self.spec.row_bytes, self.spec.row_bytes)
 
     def states(self, ks: np.ndarray) -> np.ndarray:
         """The true next states of records ``ks``."""
@@ -210,5 +237,5 @@ class JumpRing:
         self.fd = close_fd(self.fd)
 
 
-__all__ = ["JUMPS_FILE", "JUMP_STATES_FILE", "JumpRing", "same_bytes", "create_jump_files", "jump_capacity",
+__all__ = ["JUMPS_FILE", "JUMP_STATES_FILE", "JumpRing", "memcmp", "same_bytes", "create_jump_files", "jump_capacity",
            "rows_differ"]

@@ -19,6 +19,7 @@ from .counters import COUNTERS_FILE
 from .description import DESCRIPTION_FILE, FORMAT_VERSION
 from .errors import (IncompleteStoreError, InvalidArgumentError, NotAStoreError, StoreExistsError,
                      StoreNotFoundError)
+from .framestack import STACK_FILES, FrameStacks, create_stack_files, stack_file_bytes, stack_spec
 from .fsutil import check_free_space, fsync_dir, io_error
 from .jumps import JUMP_STATES_FILE, JUMPS_FILE, JumpRing, create_jump_files, jump_capacity
 from .lock import LOCK_FILE
@@ -207,21 +208,32 @@ def lock_exists(directory: str) -> bool:
     return os.path.exists(os.path.join(directory, LOCK_FILE))
 
 
-def data_file_names(backend: Backend, specs, prioritized: bool = False) -> list[str]:
+def data_file_names(backend: Backend, specs, prioritized: bool = False, frame_stack: int | None = None) -> list[str]:
     """Every file that holds rows or row-derived data, created once the fields are known."""
     extra = priority_files(backend) if prioritized else []
-    return backend.data_files(specs) + [NS_FILE, ROWSUMS_FILE, CHECKPOINT_FILE, JUMPS_FILE, JUMP_STATES_FILE] + extra
+    stacks = list(STACK_FILES) if frame_stack else []
+    return (backend.data_files(specs) + [NS_FILE, ROWSUMS_FILE, CHECKPOINT_FILE, JUMPS_FILE, JUMP_STATES_FILE]
+            + extra + stacks)
+
+
+def state_spec(specs, frame_stack: int | None) -> FieldSpec:
+    """The spec of one whole state: the ``states`` rows, or ``frame_stack`` of them."""
+    return stack_spec(specs["states"], frame_stack) if frame_stack else specs["states"]
 
 
 def create_data_files(directory: str, backend: Backend, specs, max_size: int, num_envs: int,
-                      reserve: int, initial_checkpoint, prioritized: bool = False) -> None:
+                      reserve: int, initial_checkpoint, prioritized: bool = False,
+                      frame_stack: int | None = None) -> None:
     """Create and preallocate the data files, ``ns_buffer.npy``, ``rowsums.npy``,
     ``checkpoint.bin`` and the jump ring's files (``jump_states.npy`` sparse: see jumps.py);
     ``initial_checkpoint(ckfile)`` writes its first slot. A prioritized store also gets its
-    ``priorities`` dataset and ``priorities.bin`` (``prioritized.py``)."""
-    layout = CheckpointLayout(specs, num_envs, reserve)
-    states = specs["states"]
+    ``priorities`` dataset and ``priorities.bin`` (``prioritized.py``); a frame-stack store
+    (``specs["states"]`` is then one frame) its stack files (``framestack.py``)."""
+    states = state_spec(specs, frame_stack)
+    layout = CheckpointLayout(specs, num_envs, reserve, states)
     ns_bytes = 2 * num_envs * states.row_bytes
+    if frame_stack:
+        ns_bytes += stack_file_bytes(specs["states"], frame_stack, max_size, num_envs, reserve)
     capacity = jump_capacity(max_size, reserve)
     datasets = dict(specs)
     if prioritized:
@@ -235,6 +247,8 @@ def create_data_files(directory: str, backend: Backend, specs, max_size: int, nu
     create_npy(os.path.join(directory, NS_FILE), (2, num_envs) + states.shape, states.dtype)
     create_npy(os.path.join(directory, ROWSUMS_FILE), (max_size,), np.dtype(np.uint32))
     create_jump_files(directory, states, capacity)
+    if frame_stack:
+        create_stack_files(directory, specs["states"], frame_stack, max_size, num_envs, reserve)
     create_checkpoint_file(directory, layout)
     ck = CheckpointFile(directory, layout, True)
     try:
@@ -243,8 +257,9 @@ def create_data_files(directory: str, backend: Backend, specs, max_size: int, nu
         ck.close()
 
 
-def remove_data_files(directory: str, backend: Backend, specs, prioritized: bool = False) -> None:
-    for name in data_file_names(backend, specs, prioritized):
+def remove_data_files(directory: str, backend: Backend, specs, prioritized: bool = False,
+                      frame_stack: int | None = None) -> None:
+    for name in data_file_names(backend, specs, prioritized, frame_stack):
         _unlink(os.path.join(directory, name))
 
 
@@ -252,25 +267,31 @@ def remove_data_files(directory: str, backend: Backend, specs, prioritized: bool
 class DataFiles:
     """The opened row data of a store: the backend's rows, the ``ns_buffer`` (two areas of
     ``num_envs`` rows, one per step parity), the per-row CRCs, the checkpoint file and the
-    jump ring (``jumps``: None in a format 1 store, which has none)."""
+    jump ring (``jumps``: None in a format 1 store, which has none), and a frame-stack
+    store's stack files (``stacks``, else None)."""
 
     def __init__(self, directory: str, backend_name: str, fields: dict[str, FieldSpec], max_size: int,
-                 num_envs: int, reserve_rows: int, writable: bool, with_jumps: bool = True):
+                 num_envs: int, reserve_rows: int, writable: bool, with_jumps: bool = True,
+                 frame_stack: int | None = None):
         self.storage: RowStorage | None = None
         self.ns_file: MappedFile | None = None
         self.sums_file: MappedFile | None = None
         self.ckfile: CheckpointFile | None = None
         self.jumps: JumpRing | None = None
+        self.stacks: FrameStacks | None = None
         try:
             self.storage = get_backend(backend_name).open(directory, fields, max_size, writable)
-            states = fields["states"]
+            states = state_spec(fields, frame_stack)
             self.ns_file, self.ns, _ = open_npy(os.path.join(directory, NS_FILE),
                                                 (2, num_envs) + states.shape, states.dtype, writable)
             self.sums_file, self.sums, _ = open_npy(os.path.join(directory, ROWSUMS_FILE),
                                                     (max_size,), np.dtype(np.uint32), writable)
-            self.ckfile = CheckpointFile(directory, CheckpointLayout(fields, num_envs, reserve_rows), writable)
+            self.ckfile = CheckpointFile(directory, CheckpointLayout(fields, num_envs, reserve_rows, states), writable)
             if with_jumps:
-                self.jumps = JumpRing(directory, fields["states"], max_size, reserve_rows, writable)
+                self.jumps = JumpRing(directory, states, max_size, reserve_rows, writable)
+            if frame_stack:
+                self.stacks = FrameStacks(directory, fields["states"], frame_stack, max_size, num_envs,
+                                          reserve_rows, writable)
         except BaseException:
             self.close()
             raise
@@ -282,19 +303,23 @@ class DataFiles:
         self.sums_file.sync()
         if self.jumps is not None:
             self.jumps.sync()
+        if self.stacks is not None:
+            self.stacks.sync()
 
     @property
     def mapped_files(self) -> list[MappedFile]:
         """Every memory-mapped file (for tools that drop a process's mapped pages)."""
         jumps = [self.jumps.file] if self.jumps is not None else []
-        return [f for f in [*(self.storage.files if self.storage else []), self.ns_file, self.sums_file, *jumps] if f]
+        stacks = self.stacks.mapped_files if self.stacks is not None else []
+        return [f for f in [*(self.storage.files if self.storage else []), self.ns_file, self.sums_file, *jumps,
+                            *stacks] if f]
 
     def close(self) -> None:
         self.ns = self.sums = None
-        for res in (self.storage, self.ns_file, self.sums_file, self.ckfile, self.jumps):
+        for res in (self.storage, self.ns_file, self.sums_file, self.ckfile, self.jumps, self.stacks):
             if res is not None:
                 res.close()
-        self.storage = self.ns_file = self.sums_file = self.ckfile = self.jumps = None
+        self.storage = self.ns_file = self.sums_file = self.ckfile = self.jumps = self.stacks = None
 
 
 def _unlink(path: str) -> None:

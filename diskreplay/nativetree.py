@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._sumtree import build as _build, find as _find, update as _update  # ImportError when not built: sumtree.py falls back
+from ._sumtree import build as _build, draw as _draw, find as _find, update as _update  # ImportError when not built: sumtree.py falls back
 
 
 class BinarySumTree:
@@ -42,6 +42,24 @@ class BinarySumTree:
         out = np.empty(len(u), np.int64)
         _find(self.sums, u, out)
         return out
+
+    def draw(self, uniforms: np.ndarray, last: int, beta: float) -> tuple[np.ndarray, np.ndarray]:
+        """``(idxs, weights)`` in one C call: the leaves holding masses ``uniforms * total``
+        (``last`` replacing the final index when >= 0: CER's head), and each drawn leaf's
+        ``(p / min_positive) ** -beta`` as float32."""
+        u = np.ascontiguousarray(uniforms, dtype=np.float64)
+        idxs, weights = np.empty(len(u), np.int64), np.empty(len(u), np.float32)
+        _draw(self.sums, self.mins, u, idxs, weights, last, beta)
+        return idxs, weights
+
+    def update_mirrored(self, slots: np.ndarray, values: np.ndarray, copy: np.ndarray, dirty: np.ndarray,
+                        block: int) -> None:
+        """``update``, and ``copy[slots] = values`` with ``dirty[slots // block] = 3``, in one
+        C call (a store's live priorities and its snapshot map: Ctrl-C cannot part them from
+        the tree). Duplicated slots: the last value wins everywhere."""
+        slots = np.ascontiguousarray(slots, dtype=np.int64)
+        values = np.ascontiguousarray(values, dtype=np.float64)
+        _update(self.sums, self.mins, slots, values, copy, dirty, block)
 
     def update(self, slots: np.ndarray, values: np.ndarray) -> None:
         """Set ``leaves[slots] = values`` and repair the paths above them (in C; duplicated

@@ -56,6 +56,7 @@ W_MAGIC, W_VERSION, W_ASSIGNED, W_BASE, W_MAXP, W_SEQ = range(6)
 _HEADER = struct.Struct("<8sQQQQdI")  # magic, generation, seen, base, assigned, max_p, crc
 SEQ_WAITS = 200  # waits (0.5 ms each) of a reader for an update in progress to finish
 SEQ_COPIES = 20  # copies a reader takes while updates keep changing the priorities
+_largest = np.maximum.reduce  # the ufunc's own method: no wrapper per call
 
 
 # ---------------------------------------------------------------------- files
@@ -223,22 +224,16 @@ class Priorities:
             return
         self.catch_up(seen, base)
         p = (raw + self.epsilon) ** self.alpha
-        if len(idxs) > 1:  # sorted, and of each duplicated index only its last value
-            order = idxs.argsort(kind="stable")
-            idxs, p = idxs[order], p[order]
-            last = np.empty(len(idxs), bool)
-            np.not_equal(idxs[1:], idxs[:-1], out=last[:-1])
-            last[-1] = True
-            idxs, p = idxs[last], p[last]
         w = self.words
         w[W_SEQ] = int(w[W_SEQ]) | 1  # odd: readers wait for the update to finish
         try:
-            self.dirty[idxs // BLOCK] = 3
-            top = float(p.max())
-            if top > self.max_p:
-                self._set_max_p(top)
-            self.live[idxs] = p
-            self.tree.update(idxs, p)
+            top = float(_largest(p))
+            if top > self.max_p:  # set before any slot holds it; a value a later duplicate replaces is never held
+                top = float(sumtree.last_of_duplicates(idxs, p)[1].max())
+                if top > self.max_p:
+                    self._set_max_p(top)
+            # One call (C where built): the dirty marks, the live dataset and the tree.
+            self.tree.update_mirrored(idxs, p, self.live, self.dirty, BLOCK)
         except BaseException:  # interrupted (Ctrl-C): the tree follows whatever reached the dataset
             self._load(self.live)
             raise
@@ -324,12 +319,7 @@ class Priorities:
         total = self.tree.total
         if not total > 0:
             raise EmptyStoreError("every priority of the store is 0; update_priorities with larger values")
-        idxs = self.tree.find(sampler.uniforms(batch_size) * total)
-        if use_cer:
-            idxs[-1] = head
-        p = self.tree.leaves[idxs]
-        weights = (p / self.tree.min_positive) ** -beta
-        return idxs, weights.astype(np.float32)
+        return self.tree.draw(sampler.uniforms(batch_size), head if use_cer else -1, beta)
 
     def of(self, idxs: np.ndarray) -> np.ndarray:
         """The stored ``p_i`` of slots ``idxs`` (float64)."""

@@ -12,6 +12,9 @@ from .errors import CorruptStoreError, InvalidArgumentError, InvalidPriorityErro
 
 RESERVED_NAMES = ("priorities", "weights")  # keys a prioritized batch adds: no field may take them
 
+_FLOAT64 = np.dtype(np.float64)
+_smallest, _largest = np.minimum.reduce, np.maximum.reduce  # the ufuncs' own methods: no wrapper per call
+
 
 def settings_keys(prioritized, alpha, epsilon) -> dict:
     """The ``store.json`` keys of ``create(..., prioritized, alpha, epsilon)`` (checked);
@@ -65,6 +68,9 @@ def check_field_names(names) -> None:
 
 def check_priorities(priorities, count: int) -> np.ndarray:
     """Raw priorities as float64, one per index, each finite and >= 0 (checked before any write)."""
+    if priorities.__class__ is np.ndarray and priorities.dtype == _FLOAT64 and priorities.shape == (count,) and count:
+        if _smallest(priorities) >= 0 and _largest(priorities) < np.inf:  # the usual batch: two reductions
+            return priorities
     arr = np.asarray(priorities)
     if arr.dtype == object or arr.dtype.kind not in "biuf":
         raise InvalidPriorityError(f"priorities must be numbers, got {arr.dtype} data")

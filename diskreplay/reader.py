@@ -15,7 +15,7 @@ import time
 import numpy as np
 
 from . import ring
-from .counters import COMMIT_RETRIES, W_CLEAN, W_INTENT, W_JUMPS, W_KEY, W_RESETS, Counters
+from .counters import COMMIT_RETRIES, W_CLEAN, W_INTENT, W_JUMPS, W_KEY, W_RESETS, W_STACKS, Counters
 from .errors import CorruptStoreError, ReadOnlyError, StoreClosedError, TornReadError
 from .lock import writer_alive
 from .recovery import VirtualView, reserve_indices, virtual_view
@@ -72,6 +72,10 @@ class Reader(Session):
             raise CorruptStoreError(f"{self.counters.path}: seen_size is {seen} but the store has no fields")
         self._check_files()
         self.jcount = self._jump_count(words)
+        stacks = self.data.stacks if self.data is not None else None
+        if stacks is not None:
+            self.scount = self.view.stacks if self.view is not None else \
+                stacks.committed(int(words[W_STACKS]), self.seen)
 
     def _jump_count(self, words) -> int:
         """The committed records of the jump ring in this snapshot (read after ``seen``:
@@ -137,7 +141,7 @@ class Reader(Session):
         deadline = time.monotonic() + READ_PATIENCE
         while time.monotonic() < deadline:
             key, view = self.key, self.view
-            seen, n, jcount = self.seen, self.num_envs, self.jcount
+            seen, n, jcount, scount = self.seen, self.num_envs, self.jcount, self.scount
             head = ring.ring_head(seen, self.base, self.max_size)
             fix = None
             if view is not None and view.overlay is not None:
@@ -153,11 +157,21 @@ class Reader(Session):
             if int(words[W_KEY]) == key and int(words[W_RESETS]) == self.resets and \
                     not self._touched(slots, head, intent, ns_touched=intent >= seen + 2 * n) and \
                     (self.data is None or self.data.jumps is None
-                     or int(words[W_JUMPS]) + n - jcount <= self.data.jumps.room):
+                     or int(words[W_JUMPS]) + n - jcount <= self.data.jumps.room) and \
+                    self._stacks_kept(words, seen, intent, scount):
                 return result
             time.sleep(0.0002)
             self.refresh()
         raise TornReadError(f"{self.path}: the writer kept overwriting the requested rows; try again")
+
+    def _stacks_kept(self, words, seen: int, intent: int, scount: int) -> bool:
+        """Frame stacks: whether a read from the snapshot at ``seen`` may trust the stack
+        ring's records (fewer than its room written since) and the tail (whose rows are
+        rewritten only ``room`` transitions after the snapshot's oldest frames died)."""
+        stacks = self.data.stacks if self.data is not None else None
+        if stacks is None:
+            return True
+        return int(words[W_STACKS]) + self.num_envs - scount <= stacks.room and intent - seen <= stacks.room
 
     def _touched(self, idxs, head, intent, ns_touched) -> bool:
         """Whether the writer may have rewritten any of these slots (or their next-state
@@ -168,7 +182,10 @@ class Reader(Session):
         seen, m, n = self.seen, self.max_size, self.num_envs
         if intent <= seen:
             return False
-        slots = np.concatenate([idxs, (idxs + n) % m])
+        if self.data.stacks is not None:  # a stack is rebuilt from k - 1 earlier slots too
+            slots = self.data.stacks.chain_slots(idxs)
+        else:
+            slots = np.concatenate([idxs, (idxs + n) % m])
         held = ring.transition_of_slots(slots, seen, self.base, m)
         return bool((held + m <= intent).any())
 

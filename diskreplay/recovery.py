@@ -20,7 +20,7 @@ import numpy as np
 from . import counters as counters_file
 from . import ring
 from .checkpoint import CHECKPOINT_FILE, Checkpoint, CheckpointFile
-from .counters import W_BOOT, W_CLEAN, W_JUMPS, Counters
+from .counters import W_BOOT, W_CLEAN, W_JUMPS, W_STACKS, Counters
 from .errors import CorruptStoreError
 from .rowsums import set_sums_for
 
@@ -37,6 +37,7 @@ class OpenState:
     from_checkpoint: bool
     reason: str | None  # why recovery was needed, None when the store was closed cleanly
     jumps: int = 0  # records of the jump ring, before ``JumpRing.committed`` leaves out an uncommitted step's
+    stacks: int = 0  # records of a frame-stack store's stack ring, likewise
 
 
 def decide_state(counters: Counters, checkpoint: Checkpoint | None, num_envs: int,
@@ -54,13 +55,15 @@ def decide_state(counters: Counters, checkpoint: Checkpoint | None, num_envs: in
             problem = (f"marked clean at seen_size {seen}, but close() flushed seen_size "
                        f"{checkpoint.seen} (the record was edited or damaged)")
         elif clean:
-            return OpenState(seen, base, draws, resets, seen, seen, False, None, int(words[W_JUMPS]))
+            return OpenState(seen, base, draws, resets, seen, seen, False, None, int(words[W_JUMPS]),
+                             int(words[W_STACKS]))
         elif same_boot or checkpoint is None and seen == 0:
             reason = None if intent == seen else (
                 f"the last writer stopped during an add; restored the {intent - seen} rows it was writing")
             if reason is None:
                 reason = "the last writer stopped without closing the store; nothing was lost"
-            return OpenState(seen, base, draws, resets, seen, intent, False, reason, int(words[W_JUMPS]))
+            return OpenState(seen, base, draws, resets, seen, intent, False, reason, int(words[W_JUMPS]),
+                             int(words[W_STACKS]))
         else:
             problem = "written before the last reboot, power cut or OS crash"
     if checkpoint is None:
@@ -70,7 +73,7 @@ def decide_state(counters: Counters, checkpoint: Checkpoint | None, num_envs: in
     c = checkpoint
     return OpenState(c.seen, c.base, c.draws, c.resets, c.seen, c.seen + reserve_rows, True,
                      f"the live counters were {problem}; rolled back to the last flush "
-                     f"(seen_size {c.seen})", c.jumps)
+                     f"(seen_size {c.seen})", c.jumps, c.stacks)
 
 
 def reserve_indices(t_lo: int, t_hi: int, checkpoint: Checkpoint, base: int, max_size: int):
@@ -119,6 +122,7 @@ class WriterRecovery:
     note: str | None  # what recovery did, None when the store was closed cleanly
     jumps: int = 0  # committed records of the jump ring
     from_checkpoint: bool = False  # rolled back to ``checkpoint`` (a power cut): priorities follow
+    stacks: int = 0  # committed records of a frame-stack store's stack ring
 
 
 def committed_jumps(state: OpenState, data, num_envs: int) -> int:
@@ -126,6 +130,13 @@ def committed_jumps(state: OpenState, data, num_envs: int) -> int:
     if data is None or data.jumps is None:
         return 0
     return data.jumps.committed(state.jumps, state.seen, num_envs)
+
+
+def committed_stacks(state: OpenState, data) -> int:
+    """The stack ring's committed record count in ``state`` (0 without frame stacks)."""
+    if data is None or data.stacks is None:
+        return 0
+    return data.stacks.committed(state.stacks, state.seen)
 
 
 def recover_for_writer(path: str, counters: Counters, data, fields, num_envs: int, max_size: int,
@@ -155,11 +166,12 @@ def recover_for_writer(path: str, counters: Counters, data, fields, num_envs: in
         if restored or state.from_checkpoint:
             data.sync_rows()
     jumps = committed_jumps(state, data, num_envs)
-    counters.commit_state(state.seen, state.base, state.draws, state.resets, jumps)
+    stacks = committed_stacks(state, data)
+    counters.commit_state(state.seen, state.base, state.draws, state.resets, jumps, stacks)
     counters.sync()
     note = None if state.reason is None else f"{path}: {state.reason}"
     return WriterRecovery(ring.RingState(state.seen, state.base, state.draws, state.resets), checkpoint, note, jumps,
-                          state.from_checkpoint)
+                          state.from_checkpoint, stacks)
 
 
 @dataclass(frozen=True)
@@ -173,6 +185,7 @@ class VirtualView:
     checkpoint: Checkpoint | None
     ns_rows: np.ndarray | None
     jumps: int = 0  # committed records of the jump ring
+    stacks: int = 0  # committed records of a frame-stack store's stack ring
 
 
 def virtual_view(counters: Counters, data, num_envs: int, reserve_rows: int) -> VirtualView:
@@ -183,7 +196,7 @@ def virtual_view(counters: Counters, data, num_envs: int, reserve_rows: int) -> 
     overlay = (state.restore_from, state.restore_to) if state.restore_to > state.restore_from else None
     ns = ckfile.read_ns(checkpoint.slot, num_envs) if state.from_checkpoint else None
     return VirtualView(ring.RingState(state.seen, state.base, state.draws, state.resets), overlay, checkpoint, ns,
-                       committed_jumps(state, data, num_envs))
+                       committed_jumps(state, data, num_envs), committed_stacks(state, data))
 
 
 __all__ = ["OpenState", "WriterRecovery", "VirtualView", "committed_jumps", "decide_state", "recover_for_writer", "virtual_view",

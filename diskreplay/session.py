@@ -20,14 +20,17 @@ from .counters import W_FLUSH_NS, Counters
 from .description import read_description
 from .errors import (CorruptStoreError, EmptyStoreError, IndexOutOfRangeError, InvalidArgumentError,
                      StoreClosedError)
-from .gather import Gatherer
-from .layout import DataFiles, check_is_store
+from .gather import BATCH_ORDER, Gatherer
+from .layout import DataFiles, check_is_store, state_spec
 from .lock import WriterLock
 from .nstep import nstep_batch
 from .prioritized import Priorities, open_priorities
 from .priorityargs import check_priorities
 from .rowsums import torn_slots
 from .schema import FieldSpec
+
+_INT64 = np.dtype(np.int64)
+_smallest, _largest = np.minimum.reduce, np.maximum.reduce  # the ufuncs' own methods: no wrapper per call
 
 
 class Session:
@@ -54,6 +57,7 @@ class Session:
         self.recovery_note: str | None = None
         self.seen = self.base = self.draws = self.resets = 0
         self.jcount = 0  # committed records of the jump ring (jumps.py) in the current snapshot
+        self.scount = 0  # committed records of a frame-stack store's stack ring (framestack.py)
         try:
             check_is_store(self.directory)
             self._read_description()
@@ -68,8 +72,11 @@ class Session:
         self.desc = desc
         self.max_size: int = desc["max_size"]
         self.num_envs: int = desc["num_envs"]
-        self.fields: dict[str, FieldSpec] | None = desc["fields"]
+        self.fields: dict[str, FieldSpec] | None = desc["fields"]  # as stored (one frame with frame_stack)
         self.reserve_rows: int | None = desc["reserve_rows"]
+        self.frame_stack: int | None = desc.get("frame_stack")
+        # One whole state as add takes it and reads return it (frame_stack frames, or the states rows).
+        self.state_spec: FieldSpec | None = None if self.fields is None else state_spec(self.fields, self.frame_stack)
 
     def _open_state(self) -> None:
         raise NotImplementedError
@@ -77,7 +84,7 @@ class Session:
     def _map_data(self) -> None:
         self.data = DataFiles(self.directory, self.desc["backend"], self.fields, self.max_size,
                               self.num_envs, self.reserve_rows, self.writable,
-                              with_jumps=self.desc["format_version"] >= 2)
+                              with_jumps=self.desc["format_version"] >= 2, frame_stack=self.frame_stack)
         self.gatherer = Gatherer(self.fields, self.data.storage, self.num_envs, self.max_size)
         self.prio = open_priorities(self.directory, self.desc, self.writable)
 
@@ -201,6 +208,8 @@ class Session:
         return batch
 
     def _gather(self, idxs: np.ndarray, head: int) -> dict:
+        if self.frame_stack:
+            return self._row_gather(head, self.current_ns())(idxs)
         batch = self.gatherer.gather(idxs, head, self.current_ns())
         if self.jcount:
             self._patch_jumps(batch, idxs, head, self.jcount)
@@ -248,16 +257,54 @@ class Session:
         jcount = self.jcount
 
         def gather(slots, names=None):
-            if names is None:
+            if self.frame_stack:
+                batch = self._stack_rows(slots, names, head, ns_rows, fix)
+            elif names is None:
                 batch = self.gatherer.gather(slots, head, ns_rows)
             else:
                 batch = self.gatherer.gather_some(slots, head, ns_rows, names)
-            if fix is not None:
+            if fix is not None and not self.frame_stack:
                 fix(batch, slots)
             if "next_states" in batch and jcount:
                 self._patch_jumps(batch, slots, head, jcount)
             return batch
         return gather
+
+    def _stack_rows(self, slots, names, head: int, ns_rows: np.ndarray, fix: Callable | None) -> dict:
+        """Rows of a frame-stack store: its other fields as stored, whole states and next
+        states rebuilt from frames (``FrameStacks.plan`` and ``finish``; ``fix`` patches frames too)."""
+        m, n, seen, base = self.max_size, self.num_envs, self.seen, self.base
+        slots = np.asarray(slots, np.int64)
+        if names is None:
+            keys = list(BATCH_ORDER) + [f for f in self.fields if f not in BATCH_ORDER]
+        else:  # as Gatherer.gather_some orders them: next states last
+            keys = [f for f in names if f != "next_states"] + ["next_states"] * ("next_states" in names)
+        others = [f for f in keys if f in self.fields and f != "states"]
+        ts = seen - (head - slots) % m if len(slots) else np.empty(0, np.int64)  # transitions held
+        want_states, want_ns = "states" in keys, "next_states" in keys
+        if want_ns:
+            in_buffer = ts > seen - n  # the newest step's next states are the ns_buffer's
+            buffer_idx = ts - (seen - n + 1)
+        wanted = ([ts] if want_states else []) + ([ts[~in_buffer] + n] if want_ns else [])
+        stacks = self.data.stacks
+        plan = stacks.plan(np.concatenate(wanted) if wanted else ts[:0], base, self.scount)
+        frame_slots = plan[1].ravel()
+        rows, frames = self.gatherer.stack_rows(slots, others, frame_slots, head, ns_rows)
+        if fix is not None:
+            if rows:
+                fix(rows, slots)
+            fix({"states": frames}, frame_slots)
+        built = stacks.finish(plan, frames, seen, base)
+        if want_states:
+            rows["states"] = built[:len(ts)]
+        if want_ns and not in_buffer.any():
+            rows["next_states"] = built[len(ts) if want_states else 0:]
+        elif want_ns:
+            ns = np.empty((len(slots),) + self.state_spec.shape, self.state_spec.dtype)
+            ns[~in_buffer] = built[len(ts) if want_states else 0:]
+            ns[in_buffer] = ns_rows.take(buffer_idx[in_buffer], axis=0)
+            rows["next_states"] = ns
+        return {key: rows[key] for key in keys if key in rows}
 
     def _recorded(self, slots: np.ndarray, head: int, jcount: int) -> tuple[np.ndarray, np.ndarray]:
         """``(found, k)``: which slots' transitions have their next state in the jump ring
@@ -283,10 +330,13 @@ class Session:
         return self._recorded(np.asarray(idxs, np.int64), head, self.jcount)[0]
 
     def _checked_idxs(self, idxs) -> np.ndarray:
+        size = ring.ring_size(self.seen, self.base, self.max_size)
+        if idxs.__class__ is np.ndarray and idxs.dtype == _INT64 and idxs.ndim == 1 and idxs.size:
+            if _smallest(idxs) >= 0 and _largest(idxs) < size:  # batch_idxs: no conversion, two reductions
+                return idxs
         arr = np.asarray(idxs)
         if arr.dtype == object or arr.dtype.kind not in "iu" and not (arr.size == 0 and arr.dtype.kind == "f"):
             raise InvalidArgumentError(f"idxs must be integers, got {arr.dtype} data")
-        size = ring.ring_size(self.seen, self.base, self.max_size)
         if arr.dtype.kind == "u" and arr.size and int(arr.max()) >= size:  # before a cast could wrap it negative
             raise IndexOutOfRangeError(
                 f"index {int(arr.max())} is outside [0, {size}) (the store holds {size} transitions)")

@@ -19,6 +19,7 @@ from .convert import convert_store
 from .description import FORMAT_VERSION, MAX_SLOTS
 from .episodereader import EpisodeReader
 from .errors import InvalidArgumentError, NotPrioritizedError, RecoveryWarning, StoreClosedError
+from .framestack import check_frame_stack, frame_spec
 from .prefetch import Prefetcher
 from .priorityargs import check_beta, check_field_names, is_prioritized, settings_keys
 from .layout import check_path
@@ -55,7 +56,7 @@ class DiskReplay:
     def create(cls, path, max_size, *, num_envs: int = 1, backend: str = "memmap", batch_size: int = 32,
                use_cer: bool = False, seed: int | None = None, fields: dict | None = None,
                overwrite: bool = False, flush_every: int | None = None, prioritized: bool = False,
-               alpha: float = 0.6, epsilon: float = 1e-6) -> "DiskReplay":
+               alpha: float = 0.6, epsilon: float = 1e-6, frame_stack: int | None = None) -> "DiskReplay":
         """Create an empty store at ``path`` (a directory) and open it for writing.
 
         ``fields`` declares ``{name: (shape, dtype)}`` for ``states``, ``actions``,
@@ -65,6 +66,10 @@ class DiskReplay:
         adds (default: only when the undo reserve requires it, on ``flush()`` and ``close()``).
         ``prioritized=True`` makes a prioritized store (``sample`` draws by priority and adds
         ``weights``; ``update_priorities`` stores ``(priority + epsilon) ** alpha``).
+        ``frame_stack=k`` (at least 2): states are stacks of ``k`` frames, ``(k, *frame)``,
+        newest last (Gymnasium's ``FrameStackObservation``); the store keeps one frame per
+        transition where a state continues its env's previous one and whole states where it
+        does not, and returns every state and next state exactly as given.
         """
         path = check_path(path, "path")
         max_size = check_count("max_size", max_size)
@@ -81,15 +86,18 @@ class DiskReplay:
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or seed < 0):
             raise InvalidArgumentError(f"seed must be a non-negative integer or None, got {seed!r}")
         priority_keys = settings_keys(prioritized, alpha, epsilon)
+        frame_stack = check_frame_stack(frame_stack)
         specs = normalize_fields(fields) if fields is not None else None
         if specs is not None:
             check_row_sizes(specs)
             if priority_keys:
                 check_field_names(specs)
+            if frame_stack:  # stored as one frame per row
+                specs = {**specs, "states": frame_spec(specs["states"], frame_stack)}
         return cls(Writer.create(path, max_size=max_size, num_envs=num_envs, backend=backend,
                                  batch_size=batch_size, use_cer=bool(use_cer), entropy=ring.new_entropy(seed),
                                  specs=specs, overwrite=overwrite, flush_every=flush_every,
-                                 priority_keys=priority_keys))
+                                 priority_keys=priority_keys, frame_stack=frame_stack))
 
     @classmethod
     def open(cls, path, mode: str = "r+") -> "DiskReplay":
@@ -119,6 +127,7 @@ class DiskReplay:
         self.prioritized: bool = is_prioritized(desc)
         self.alpha: float | None = desc.get("alpha") if self.prioritized else None
         self.epsilon: float | None = desc.get("epsilon") if self.prioritized else None
+        self.frame_stack: int | None = desc.get("frame_stack")
         self.recovery_note: str | None = session.recovery_note
         self.batch_idxs: np.ndarray | None = None
         self._prefetchers = weakref.WeakSet()  # live batches() iterators, closed with the store
@@ -133,7 +142,10 @@ class DiskReplay:
     def fields(self) -> dict | None:
         """``{name: (shape, dtype)}`` of the stored fields, None before the first add of an undeclared store."""
         specs = self._session.fields
-        return None if specs is None else {n: (s.shape, s.dtype) for n, s in specs.items()}
+        if specs is None:
+            return None
+        states = self._session.state_spec  # whole states, also in a frame-stack store
+        return {n: (states.shape, states.dtype) if n == "states" else (s.shape, s.dtype) for n, s in specs.items()}
 
     @property
     def seen_size(self) -> int:
@@ -373,6 +385,8 @@ class DiskReplay:
 
 
 def _check_batch_size(batch_size) -> int:
+    if batch_size.__class__ is int and 0 < batch_size <= MAX_SLOTS:  # the common case, without the ABC checks
+        return batch_size
     batch_size = check_count("batch_size", batch_size)
     if batch_size > MAX_SLOTS:
         raise InvalidArgumentError(f"batch_size must be at most {MAX_SLOTS}, got {batch_size}")

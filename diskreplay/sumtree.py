@@ -95,6 +95,17 @@ class SumTree:
             self._past_block_ends(idx)
         return idx
 
+    def draw(self, uniforms: np.ndarray, last: int, beta: float) -> tuple[np.ndarray, np.ndarray]:
+        """``(idxs, weights)``: the leaves holding masses ``uniforms * total`` (``last``
+        replacing the final index when >= 0: CER's head), and each drawn leaf's
+        ``(p / min_positive) ** -beta`` as float32."""
+        idx = self.find(uniforms * self.total)
+        if last >= 0 and len(idx):
+            idx[-1] = last
+        with np.errstate(divide="ignore"):  # CER's head at priority 0: an infinite weight, as documented
+            weights = (self.leaves[idx] / self.min_positive) ** -beta
+        return idx, weights.astype(np.float32)
+
     def _past_block_ends(self, idx: np.ndarray) -> None:
         for pos in np.flatnonzero(self.leaves[idx] == 0).tolist():
             before = np.flatnonzero(self.leaves[: idx[pos] + 1] > 0)
@@ -109,6 +120,16 @@ class SumTree:
         for level in range(1, len(self.sums)):
             parents = parents // self.fanout
             self._recompute(level, parents)
+
+    def update_mirrored(self, slots: np.ndarray, values: np.ndarray, copy: np.ndarray, dirty: np.ndarray,
+                        block: int) -> None:
+        """``update``, and ``copy[slots] = values`` with ``dirty[slots // block] = 3`` (a
+        store's live priorities and its snapshot map; the marks first). Duplicated slots:
+        the last value wins everywhere."""
+        slots, values = last_of_duplicates(slots, values)
+        dirty[slots // block] = 3
+        copy[slots] = values
+        self.update(slots, values)
 
     def update_range(self, lo: int, hi: int, value) -> None:
         """Set the leaves ``[lo, hi)`` to ``value`` (a scalar or an array) and recompute above."""
@@ -156,6 +177,18 @@ class SumTree:
         return out
 
 
+def last_of_duplicates(slots: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(slots, values)`` sorted by slot, each slot once with the last value given for it."""
+    if len(slots) < 2:
+        return slots, values
+    order = slots.argsort(kind="stable")
+    slots, values = slots[order], values[order]
+    last = np.empty(len(slots), bool)
+    np.not_equal(slots[1:], slots[:-1], out=last[:-1])
+    last[-1] = True
+    return slots[last], values[last]
+
+
 def new_tree(capacity: int):
     """The tree a store samples with: the C tree (``nativetree``) where the extension was
     built, else this module's numpy tree (also whenever a test sets ``FANOUT``)."""
@@ -169,4 +202,4 @@ def implementation() -> str:
     return "C" if nativetree is not None and FANOUT is None else "numpy"
 
 
-__all__ = ["FANOUT", "SumTree", "implementation", "new_tree"]
+__all__ = ["FANOUT", "SumTree", "implementation", "last_of_duplicates", "new_tree"]

@@ -11,6 +11,8 @@ It takes no lock and writes nothing, so it is safe beside a live writer. Checked
 * the jump ring (format 2): ``jumps.npy`` and ``jump_states.npy`` have the right header and
   size, and the records lookups search are of transitions in increasing order that were
   added (an unsorted window would hide exact next states);
+* a frame-stack store's stack files (``stack_records.npy``, ``stack_states.npy``,
+  ``stack_tail.npy``) have the right header and size, and ``ns_buffer.npy`` holds whole stacks;
 * every row of every field is read once, in row blocks (bounded memory), through
   positioned reads so that an I/O error is reported instead of killing the process;
   each row that was durable at the last flush is checked against its CRC-32 in
@@ -36,7 +38,8 @@ from .counters import COMMIT_RETRIES, COUNTERS_FILE, W_JUMPS, Counters
 from .description import DESCRIPTION_FILE, read_description
 from .errors import DiskReplayError, StoreLockedError
 from .jumps import JUMP_STATES_FILE, JUMPS_FILE, jump_capacity
-from .layout import CREATING_MARKER, NS_FILE, check_is_store
+from .framestack import STACK_RECORDS_FILE, STACK_STATES_FILE, STACK_TAIL_FILE, record_window, stack_spec, tail_rows
+from .layout import CREATING_MARKER, NS_FILE, check_is_store, state_spec
 from .lock import writer_alive
 from .npyfile import read_npy_header
 from .prioritized import PRIORITY_FILE, Priorities
@@ -135,11 +138,13 @@ def verify_store(path, progress: Callable[[int, int], None] | None = None) -> Ve
 
     # -- data files: where each field's rows start
     starts = _data_starts(directory, desc, report)
-    _check_npy(os.path.join(directory, NS_FILE), (2, num_envs) + fields["states"].shape,
-               fields["states"].dtype, report)
+    states = state_spec(fields, desc.get("frame_stack"))  # a whole state (frame stacks: k frames)
+    _check_npy(os.path.join(directory, NS_FILE), (2, num_envs) + states.shape, states.dtype, report)
+    if desc.get("frame_stack"):
+        _check_stacks(directory, desc, report)
 
     # -- checkpoints
-    layout = CheckpointLayout(fields, num_envs, desc["reserve_rows"])
+    layout = CheckpointLayout(fields, num_envs, desc["reserve_rows"], states)
     try:
         ck = CheckpointFile(directory, layout, writable=False)
     except DiskReplayError as exc:
@@ -204,7 +209,7 @@ def _check_priorities(directory: str, desc: dict, seen: int, base: int, report: 
 
 def _check_jumps(directory: str, desc: dict, seen: int | None, jumps: int | None, report: VerifyReport) -> None:
     """The jump ring's files, and the records lookups search (``jumps.py``)."""
-    states, max_size = desc["fields"]["states"], desc["max_size"]
+    states, max_size = state_spec(desc["fields"], desc.get("frame_stack")), desc["max_size"]
     capacity = jump_capacity(max_size, desc["reserve_rows"])
     records = os.path.join(directory, JUMPS_FILE)
     offset = _check_npy(records, (capacity,), np.dtype(np.int64), report)
@@ -229,6 +234,17 @@ def _check_jumps(directory: str, desc: dict, seen: int | None, jumps: int | None
             return
         report.problem(f"{records}: the newest {len(ts)} records are not transitions in increasing order "
                        f"up to seen_size {seen}; exact next states of autoreset jumps may be wrong")
+
+
+def _check_stacks(directory: str, desc: dict, report: VerifyReport) -> None:
+    """A frame-stack store's stack files (``framestack.py``): headers and sizes."""
+    frame, k, n, reserve = desc["fields"]["states"], desc["frame_stack"], desc["num_envs"], desc["reserve_rows"]
+    capacity = record_window(desc["max_size"], n, k) + reserve
+    _check_npy(os.path.join(directory, STACK_RECORDS_FILE), (capacity,), np.dtype(np.int64), report)
+    _check_npy(os.path.join(directory, STACK_STATES_FILE), (capacity,) + stack_spec(frame, k).shape, frame.dtype,
+               report)
+    _check_npy(os.path.join(directory, STACK_TAIL_FILE), (tail_rows(n, k, reserve),) + frame.shape, frame.dtype,
+               report)
 
 
 def _data_starts(directory: str, desc: dict, report: VerifyReport) -> dict:

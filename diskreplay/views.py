@@ -28,7 +28,7 @@ import time
 
 import numpy as np
 
-from . import ring
+from . import ring, sumtree
 from .chrono import (BLOCK_BYTES, TOO_FAST, Block, ChronoReader, Snapshot, block_rows, require_fields as _require_fields,
                      snapshot)
 from .errors import EmptyStoreError, InvalidArgumentError, OvertakenError
@@ -124,7 +124,7 @@ def disk_bytes(path) -> int:
 
 def store_info(buf: DiskReplay) -> dict:
     """What the store holds, as JSON-ready values: backend, sizes, counters, fields, disk use,
-    whether a writer is live and the time of the last flush."""
+    whether a writer is live and the time of the last flush (and ``frame_stack`` where set)."""
     fields = buf.fields or {}
     snap = snapshot(buf)
     flush_ns = buf.last_flush_ns
@@ -142,12 +142,16 @@ def store_info(buf: DiskReplay) -> dict:
         "prioritized": buf.prioritized,
         "alpha": buf.alpha,
         "epsilon": buf.epsilon,
+        # which sum tree samples it here: "C" (the extension built at install) or "numpy"
+        **({"priority_tree": sumtree.implementation()} if buf.prioritized else {}),
         "fields": {name: {"shape": list(shape), "dtype": np.dtype(dtype).name}
                    for name, (shape, dtype) in fields.items()},
         "disk_bytes": disk_bytes(buf.path),
         "writer_alive": writer_alive(buf.path),
         "last_flush": (time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(flush_ns / 1e9))
                        if flush_ns else None),
+        # frame stacks: states are stacks of this many frames, stored one frame per transition
+        **({"frame_stack": buf.frame_stack} if buf.frame_stack else {}),
     }
 
 

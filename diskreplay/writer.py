@@ -30,17 +30,18 @@ import numpy as np
 
 from . import ring
 from .backends import BACKENDS, get_backend
-from .counters import (W_CHECK, W_CLEAN, W_DRAWS, W_INTENT, W_JUMPS, W_KEY, W_PID, W_SEEN, Counters, begin_step,
-                       commit_step, create_counters, record_jumps)
+from .counters import (W_CHECK, W_CLEAN, W_DRAWS, W_INTENT, W_JUMPS, W_KEY, W_PID, W_SEEN, W_STACKS, Counters,
+                       begin_step, commit_step, create_counters, record_jumps, record_stacks)
 from .description import FORMAT_VERSION, new_description, read_description, write_description
 from .errors import (DiskReplayError, ReadOnlyError, ReentrantCallError, SchemaMismatchError, StoreClosedError,
                      StoreIOError)
-from .fastadd import fast_add, fast_vector_add
+from .fastadd import fast_add, fast_stack_add, fast_stack_vector_add, fast_vector_add
 from .flushing import Flushing, initial_checkpoint
+from .framestack import frame_spec, overlaps
 from .fsutil import io_error
 from .jumps import create_jump_files, jump_capacity, rows_differ
 from .layout import (create_data_files, finish_creating, lock_exists, mark_creating, prepare_directory,
-                     remove_data_files, remove_store_files, reserve_rows_for, undo_create)
+                     remove_data_files, remove_store_files, reserve_rows_for, state_spec, undo_create)
 from .lock import WriterLock
 from .priorityargs import is_prioritized
 from .recovery import recover_for_writer, restore_rows
@@ -59,8 +60,10 @@ class Writer(Flushing, Session):
     @classmethod
     def create(cls, path: str, *, max_size: int, num_envs: int, backend: str, batch_size: int,
                use_cer: bool, entropy: int, specs: dict | None, overwrite: bool,
-               flush_every: int | None, priority_keys: dict | None = None) -> "Writer":
-        """Make the store's files (arguments already checked) and open it for writing."""
+               flush_every: int | None, priority_keys: dict | None = None,
+               frame_stack: int | None = None) -> "Writer":
+        """Make the store's files (arguments already checked; with ``frame_stack``, ``specs``
+        holds one frame as ``states``) and open it for writing."""
         backend_impl = get_backend(backend)
         directory = os.path.abspath(path)
         made_dir = prepare_directory(directory, overwrite)
@@ -77,12 +80,13 @@ class Writer(Flushing, Session):
             if specs is not None:
                 reserve = reserve_rows_for(specs, num_envs, max_size, flush_every)
                 create_data_files(directory, backend_impl, specs, max_size, num_envs, reserve,
-                                  initial_checkpoint(specs, num_envs), bool(priority_keys))
+                                  initial_checkpoint(specs, num_envs, state_spec(specs, frame_stack)),
+                                  bool(priority_keys), frame_stack)
             create_counters(directory)
             write_description(directory, {**new_description(
                 backend=backend, max_size=max_size, num_envs=num_envs, batch_size=batch_size,
                 use_cer=use_cer, fields=specs, entropy=entropy, reserve_rows=reserve,
-                flush_every=flush_every), **(priority_keys or {})})
+                flush_every=flush_every, frame_stack=frame_stack), **(priority_keys or {})})
             finish_creating(directory)
         except BaseException as exc:
             remove_store_files(directory)
@@ -113,6 +117,8 @@ class Writer(Flushing, Session):
         s = result.state
         self.seen, self.base, self.draws, self.resets = s.seen, s.base, s.draws, s.resets
         self.jcount = result.jumps
+        self.scount = result.stacks
+        self.overlap = None  # frame stacks: which envs' last step advanced by one frame (None: unknown)
         self.checkpoint = result.checkpoint
         self.recovery_note = result.note
         if self.prio is not None:
@@ -203,13 +209,22 @@ class Writer(Flushing, Session):
         previous = self.data.ns[(seen // n) & 1]  # the other parity's area: this step leaves it intact
         jumped = rows_differ(values[0], previous) if seen > self.base else np.zeros(n, bool)
         new = int(jumped.sum())
-        if t_end > self.flush_before or self.jcount + new > self.jump_limit:
+        stacks = self.data.stacks
+        if stacks is not None:  # bases: states that do not continue their env's previous state
+            overlap, self.overlap = self.overlap, None  # unknown until this step commits
+            bases = jumped | (~overlap if overlap is not None and seen > self.base else True)
+        if t_end > self.flush_before or self.jcount + new > self.jump_limit or (
+                stacks is not None and self.scount + int(bases.sum()) > self.stack_limit):
             self._flush_now()
         elif t_end > self.early_at:
             self._work_early()
         words = self.words
         begin_step(words, t_end)
         start, fit = ring.step_slots(seen, self.base, self.max_size, n)
+        if stacks is not None:
+            state = values[0]
+            stacks.save_tail(self.arrays[0], seen, self.base)  # the frames this step overwrites
+            values = [state[:, -1]] + values[1:]
         for arr, value in zip(self.arrays, values):
             arr[start:start + fit] = value[:fit]
             if fit < n:  # the step wraps around the ring end
@@ -223,10 +238,22 @@ class Writer(Flushing, Session):
                 self._fail(exc)
                 raise
             record_jumps(words, count)
+        scount = self.scount
+        if stacks is not None and bases.any():
+            try:
+                scount = stacks.append(scount, seen + 1 + np.flatnonzero(bases), state[bases])
+            except DiskReplayError as exc:
+                self.settle()
+                self._fail(exc)
+                raise
+            record_stacks(words, scount)
         self.data.ns[(t_end // n) & 1] = values[-1]
         commit_step(words, t_end, self.key)
         self.jcount = count  # before seen: settle() takes an in-memory seen behind intent as stale
+        self.scount = scount
         self.seen = t_end
+        if stacks is not None:
+            self.overlap = overlaps(state, values[-1])
 
     def settle(self) -> None:
         """Finish a step an exception left in flight (``intent`` ahead of ``seen``): keep it
@@ -239,13 +266,16 @@ class Writer(Flushing, Session):
         intent = int(words[W_INTENT])
         if intent == self.seen:
             return
+        self.overlap = None  # the next step starts its stacks afresh (bases)
         if int(words[W_CHECK]) ^ self.key == intent:
             self.jcount = int(words[W_JUMPS])  # committed; only the in-memory counters were behind
+            self.scount = int(words[W_STACKS])
             self.seen = intent
             return
         restore_rows(self.data.storage.arrays, self.data.ckfile, self.checkpoint, self.seen, intent,
                      self.base, self.max_size)
         words[W_JUMPS] = self.jcount  # back to the state before the step, as recovery would make it
+        words[W_STACKS] = self.scount
         words[W_SEEN] = self.seen
         words[W_INTENT] = self.seen
 
@@ -262,8 +292,9 @@ class Writer(Flushing, Session):
                 f"add: {'; '.join(parts)}; the store's fields are {', '.join(self.fields)}")
         given = {"states": state, "actions": action, "rewards": reward, "dones": done, **extra}
         n = self.num_envs
-        values = [coerce(spec, given[name], n) for name, spec in self.fields.items()]
-        values.append(coerce(_next_states_spec(self.fields), next_state, n))
+        specs = {**self.fields, "states": self.state_spec}
+        values = [coerce(spec, given[name], n) for name, spec in specs.items()]
+        values.append(coerce(_next_states_spec(specs), next_state, n))
         if n == 1:
             values = [v[np.newaxis] for v in values]
         return values
@@ -274,11 +305,15 @@ class Writer(Flushing, Session):
         specs = infer_fields(given, self.num_envs)
         check_row_sizes(specs)
         coerce(_next_states_spec(specs), next_state, self.num_envs)  # refuse a bad next state first
+        k = self.frame_stack
+        if k:  # stored as one frame per row (framestack.py)
+            specs = {**specs, "states": frame_spec(specs["states"], k, SchemaMismatchError)}
         reserve = reserve_rows_for(specs, self.num_envs, self.max_size, self.desc["flush_every"])
         backend = get_backend(self.desc["backend"])
         try:
             create_data_files(self.directory, backend, specs, self.max_size, self.num_envs, reserve,
-                              initial_checkpoint(specs, self.num_envs), is_prioritized(self.desc))
+                              initial_checkpoint(specs, self.num_envs, state_spec(specs, k)), is_prioritized(self.desc),
+                              k)
             desc = dict(self.desc)
             desc["fields"] = {n: s.to_json() for n, s in specs.items()}
             desc["reserve_rows"] = reserve
@@ -286,7 +321,7 @@ class Writer(Flushing, Session):
             write_description(self.directory, desc)  # the commit point: the store now has fields
         except BaseException as exc:
             if read_description(self.directory, BACKENDS)["fields"] is None:
-                remove_data_files(self.directory, backend, specs, is_prioritized(self.desc))
+                remove_data_files(self.directory, backend, specs, is_prioritized(self.desc), k)
             else:  # interrupted after the commit point: the files are the store's now
                 self._fail(exc)
             if isinstance(exc, OSError) and not isinstance(exc, DiskReplayError):
@@ -314,6 +349,8 @@ class Writer(Flushing, Session):
         a closure over locals is the cheapest Python can do per call."""
         if not self.live or self.fields is None:
             return None
+        if self.frame_stack:
+            return fast_stack_add(self) if self.num_envs == 1 else fast_stack_vector_add(self)
         return fast_add(self) if self.num_envs == 1 else fast_vector_add(self)
 
     # ------------------------------------------------------------------ reset and adopt
@@ -347,14 +384,16 @@ class Writer(Flushing, Session):
                 self._set_flush_limit()
             raise
 
-    def adopt(self, state: ring.RingState, ns_rows: np.ndarray | None, jumps: int = 0) -> None:
+    def adopt(self, state: ring.RingState, ns_rows: np.ndarray | None, jumps: int = 0, stacks: int = 0) -> None:
         """Take over the counters, sampler position and ``ns_buffer`` of another store whose
         rows were copied into this one slot for slot (``convert``), and the ``jumps``
-        records it wrote into the jump ring, then flush."""
+        records it wrote into the jump ring (and ``stacks`` into the stack ring), then flush."""
         if ns_rows is not None:
             self.data.ns[(state.seen // self.num_envs) % 2] = ns_rows
-        self.counters.commit_state(state.seen, state.base, state.draws, state.resets, jumps)
+        self.counters.commit_state(state.seen, state.base, state.draws, state.resets, jumps,
+                                   stacks if self.frame_stack else None)
         self.seen, self.base, self.resets, self.jcount = state.seen, state.base, state.resets, jumps
+        self.scount = stacks
         self.sampler = ring.Sampler(self.desc["seed_entropy"], state.draws)
         self._set_flush_limit()
         self.flush()

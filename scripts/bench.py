@@ -17,6 +17,12 @@ cold (each system's own store from W3, built if missing). W1x: W1 plus two extra
 of 25,000 slots that wraps 4 times, every add timed alone: p50/p99/p99.9/max latency. W3pace:
 the same in a ring of 10,000 slots, with a 1.5 ms ``time.sleep`` before each add (an env or
 learner step between adds; adds then come slower than the disk writes them).
+W6 atari-stacked: W3's shapes created with ``frame_stack=4`` and filled with real overlapping
+stacks (``stacked_steps``: episodes of 10 to 500 steps), adds and warm sampling, and the disk
+bytes per transition (W3's too); W6cold samples W6's store cold as W4 samples W3's.
+"diskreplay-whole" takes W6's steps into a memmap store of whole states (no frame_stack): the
+like-for-like baseline (W3 adds one step over and over, always in the CPU cache; W6's cycle
+of distinct steps is not).
 W5 prioritized: W1's store created with ``prioritized=True``, its adds, then a loop of
 ``sample(32)`` and ``update_priorities`` of those 32 indices (errors from a fixed table),
 against cpprb's ``PrioritizedReplayBuffer`` (C++, in RAM; ``sample(32, beta=0.4)`` then
@@ -101,6 +107,15 @@ FULL = {
     # W1 prioritized (issue 16): adds, then sample(32) + update_priorities of those 32
     "W5": dict(state=[4], dtype="float32", max_size=1_000_000, num_envs=1, steps=200_000, batches=[],
                sample_calls=5000, sample_warmup=200, prioritized=True),
+    # W3's shapes as real frame stacks (issue 17): frame_stack=4, every state continuing its
+    # env's previous one except where an episode ends (lengths uniform in `episode`) and at
+    # the end of a cycle of `cycle` precomputed steps (every env starts anew there)
+    "W6": dict(state=[4, 84, 84], dtype="uint8", max_size=100_000, num_envs=8, steps=12_500, batches=[32],
+               sample_calls=2000, sample_warmup=200, frame_stack=4, episode=[10, 500], cycle=256),
+    # W6's store sampled cold, as W4 samples W3's
+    "W6cold": dict(state=[4, 84, 84], dtype="uint8", max_size=100_000, num_envs=8, steps=12_500, batches=[32],
+                   sample_calls=100, sample_warmup=3, loop_batches=60, compute_ms=4.0, prefetch=2, frame_stack=4,
+                   episode=[10, 500], cycle=256),
 }
 QUICK = {
     "W1": dict(FULL["W1"], max_size=20_000, steps=5_000, sample_calls=300, sample_warmup=20),
@@ -111,6 +126,8 @@ QUICK = {
     "W3lat": dict(FULL["W3lat"], max_size=400, steps=200),
     "W3pace": dict(FULL["W3pace"], max_size=400, steps=200),
     "W5": dict(FULL["W5"], max_size=20_000, steps=5_000, sample_calls=300, sample_warmup=20),
+    "W6": dict(FULL["W6"], max_size=2_000, steps=250, sample_calls=50, sample_warmup=20, cycle=64),
+    "W6cold": dict(FULL["W6cold"], max_size=2_000, steps=250, sample_calls=10, loop_batches=5, cycle=64),
 }
 SYSTEMS = {
     "W1": ["diskreplay-memmap", "diskreplay-hdf5", "seed", "numpy", "np.memmap", "h5py-chunked", *PEERS],
@@ -122,8 +139,11 @@ SYSTEMS = {
     "W3lat": ["diskreplay-memmap", "diskreplay-hdf5", "numpy", "np.memmap"],
     "W3pace": ["diskreplay-memmap", "diskreplay-hdf5", "numpy", "np.memmap"],
     "W5": ["diskreplay-memmap", "diskreplay-hdf5", "diskreplay-uniform", "cpprb-per", "slm-per"],
+    "W6": ["diskreplay-memmap", "diskreplay-hdf5", "diskreplay-whole"],
+    "W6cold": ["diskreplay-memmap", "diskreplay-hdf5", "diskreplay-whole"],
 }
-WORKLOADS = ("W1", "W2", "W3", "W4", "W1x", "W3lat", "W3pace", "W5")  # the run order: W4 samples W3's stores
+WORKLOADS = ("W1", "W2", "W3", "W4", "W1x", "W3lat", "W3pace", "W5", "W6", "W6cold")  # the run order: W4 samples W3's stores
+COLD_OF = {"W4": "W3", "W6cold": "W6"}  # cold workloads and the workload whose stores they sample
 W5_BASELINES = ("cpprb-per", "slm-per", "diskreplay-uniform")
 BASELINES = ("seed", "numpy", "np.memmap", "h5py-chunked")
 TIME_CAP = 3.0  # seconds: slow systems stop their timed sampling loop early
@@ -231,9 +251,10 @@ class System(bench_peers.System):
 
 
 class DiskReplaySystem(System):
-    def __init__(self, backend, prioritized=None):
+    def __init__(self, backend, prioritized=None, frame_stack=None):
         self.backend = backend
         self.prioritized = prioritized  # None: as the workload says
+        self.frame_stack = frame_stack  # None: as the workload says; False: whole states (W6's like-for-like)
 
     def create(self, spec, path):
         from diskreplay import DiskReplay
@@ -244,7 +265,8 @@ class DiskReplaySystem(System):
         self.path = path
         prioritized = spec.get("prioritized", False) if self.prioritized is None else self.prioritized
         self.buf = DiskReplay.create(path, spec["max_size"], num_envs=spec["num_envs"], backend=self.backend,
-                                     seed=0, fields=fields, overwrite=True, prioritized=prioritized)
+                                     seed=0, fields=fields, overwrite=True, prioritized=prioritized,
+                                     frame_stack=spec.get("frame_stack") if self.frame_stack is None else None)
 
     def touch(self):
         for arr in self.buf._session.storage.arrays.values():
@@ -544,6 +566,7 @@ def make_system(name):
     return {"diskreplay-memmap": lambda: DiskReplaySystem("memmap"),
             "diskreplay-hdf5": lambda: DiskReplaySystem("hdf5"),
             "diskreplay-uniform": lambda: DiskReplaySystem("memmap", prioritized=False),
+            "diskreplay-whole": lambda: DiskReplaySystem("memmap", frame_stack=False),
             "cpprb-per": CpprbPERSystem, "slm-per": SLMPERSystem,
             "numpy": NumpySystem, "np.memmap": MemmapSystem,
             "np.memmap+random": lambda: MemmapSystem(random=True),
@@ -588,6 +611,8 @@ def fill(system, spec, result=None, peak=None):
     system.touch()
     if peak:
         peak()
+    if spec.get("frame_stack"):
+        return fill_stacked(system, spec, result, peak)
     step = system.prepare(*step_data(spec))  # the library's own input form, untimed
     steps, n = spec["steps"], spec["num_envs"]
     add = system.add_extra if spec.get("extras") else system.add
@@ -607,6 +632,69 @@ def fill(system, spec, result=None, peak=None):
     if peak:
         peak()
     system.finish_adds()
+
+
+def stacked_steps(spec):
+    """W6's steps: one cycle of ``cycle`` env steps of ``num_envs`` frame-stacked envs whose
+    frames advance (random frames) and whose episodes end after lengths uniform in
+    ``episode`` (a first state repeats its first frame, as ``FrameStackObservation`` pads).
+    Frames and episode ends repeat with the cycle's period, so the cycle runs on seamlessly
+    (its end is no reset). A step's states are the previous step's next states (the same
+    array where no env ended)."""
+    n, k, frame, cycle = spec["num_envs"], spec["frame_stack"], tuple(spec["state"][1:]), spec["cycle"]
+    lo, hi = spec["episode"]
+    rng = np.random.default_rng(1)
+    frames = rng.integers(0, 256, (n, cycle) + frame, dtype=np.uint8)  # env e's frame at step i
+    starts = np.empty((n, cycle), np.int64)  # the step its episode started (may be before 0)
+    for e in range(n):
+        offset = pos = int(rng.integers(0, cycle))
+        first = []  # the steps where its episodes start, periodic with the cycle
+        while pos - offset < cycle:
+            first.append(pos % cycle)
+            pos += int(rng.integers(lo, hi + 1))
+        first.sort()
+        for i in range(cycle):
+            before = [b for b in first if b <= i]
+            starts[e, i] = before[-1] if before else first[-1] - cycle
+
+    def stack(e, start, i):  # the k newest frames at step i of the episode begun at ``start``
+        return frames[e, [max(start, i - k + 1 + j) % cycle for j in range(k)]]
+    states = [np.stack([stack(e, starts[e, i], i) for e in range(n)]) for i in range(cycle)]
+    actions, rewards = np.ones(n, np.int64), np.full(n, 0.5, np.float32)
+    steps = []
+    for i in range(cycle):
+        after = (i + 1) % cycle
+        ended = np.array([starts[e, after] == after for e in range(n)])  # env e starts anew next step
+        if ended.any():
+            nxt = np.stack([stack(e, starts[e, i], i + 1) for e in range(n)])  # final states continue
+        else:
+            nxt = states[after]
+        steps.append((states[i], actions, rewards, nxt, ended))
+    return steps
+
+
+def fill_stacked(system, spec, result=None, peak=None):
+    """``fill`` for W6: the steps of ``stacked_steps`` in a cycle (the first 10% untimed);
+    then the store's disk use per transition (blocks allocated, all files)."""
+    steps = [system.prepare(*step) for step in stacked_steps(spec)]
+    count, n, add = spec["steps"], spec["num_envs"], system.add
+    warm = count // 10
+    for i in range(warm):
+        add(*steps[i % len(steps)])
+    t = time.perf_counter()
+    for i in range(warm, count):
+        add(*steps[i % len(steps)])
+    elapsed = time.perf_counter() - t
+    if result is not None:
+        result["add_per_s"] = (count - warm) * n / elapsed
+    if peak:
+        peak()
+    system.finish_adds()
+
+
+def disk_bytes_per_transition(path, spec):
+    blocks = sum(os.stat(p).st_blocks for p in store_files(path))
+    return 512 * blocks / min(spec["steps"] * spec["num_envs"], spec["max_size"])
 
 
 def add_latencies(add, step, steps, n, max_size, result, pace_s=0.0):
@@ -630,8 +718,8 @@ def add_latencies(add, step, steps, n, max_size, result, pace_s=0.0):
 
 
 def run_worker(workload, system_name, spec, workdir):
-    if workload == "W4":
-        return run_cold_worker(system_name, spec, workdir)
+    if workload in COLD_OF:
+        return run_cold_worker(system_name, spec, workdir, COLD_OF[workload])
     system = make_system(system_name)
     path = os.path.join(workdir, f"{workload}-{system_name}")
     result, peak = {}, Peak()
@@ -639,7 +727,9 @@ def run_worker(workload, system_name, spec, workdir):
     fill(system, spec, result, peak)
     if system_name == "h5py-chunked":
         del result["add_per_s"]  # written in blocks: not what this baseline measures
-    if workload == "W3" and system.path is not None:
+    if workload in ("W3", "W6") and system_name.startswith("diskreplay"):  # W3, W6 and W6's whole-state store
+        result["disk_bytes_per_transition"] = disk_bytes_per_transition(path, spec)
+    if workload in ("W3", "W6") and system.path is not None:
         system.spec = spec
         system.close()
         result["open_s"] = system.reopen()
@@ -672,14 +762,14 @@ def sample_rate(sample, b, spec):
     return calls / (time.perf_counter() - t)
 
 
-def run_cold_worker(system_name, spec, workdir):
+def run_cold_worker(system_name, spec, workdir, source="W3"):
     from diskreplay.prefetch import Prefetcher
 
     system = make_system(system_name)
     system.spec = spec
-    path = os.path.join(workdir, f"W3-{store_of(system_name)}")
+    path = os.path.join(workdir, f"{source}-{store_of(system_name)}")
     result, peak = {}, Peak()
-    if not os.path.exists(path):  # W4 alone: build W3's store first (untimed)
+    if not os.path.exists(path):  # W4 (W6cold) alone: build W3's (W6's) store first (untimed)
         system.create(spec, path)
         fill(system, spec)
         system.close()
@@ -810,12 +900,14 @@ def _read(path):
         return None
 
 
-def run_all(sizes, repeats, workloads, workdir, log, skipped):
+def run_all(sizes, repeats, workloads, workdir, log, skipped, only=None):
     results = {}
     order = [w for w in WORKLOADS if w in workloads]
     for w in order:
         systems = []
         for system in SYSTEMS[w]:
+            if only is not None and system not in only:
+                continue
             why = unavailable(system)
             if why:
                 skipped.setdefault(system, why)
@@ -834,7 +926,7 @@ def run_all(sizes, repeats, workloads, workdir, log, skipped):
                 log(f"  {w} {system} run {rep + 1}/{repeats} ({time.perf_counter() - t:.1f} s): "
                     + ", ".join(f"{k}={v:.4g}" for k, v in runs[system][-1].items()))
         results[w] = {system: summarize(r) for system, r in runs.items()}
-        if w != "W3" or "W4" not in workloads:
+        if not any(COLD_OF[cold] == w and cold in workloads for cold in COLD_OF):
             for system in systems:
                 shutil.rmtree(os.path.join(workdir, f"{w}-{system}"), ignore_errors=True)
     return results
@@ -855,7 +947,8 @@ def add_ratios(results):
             for key, value in metrics.items():
                 if not is_rate(key) and key != "cold_ms_per_batch":
                     continue
-                for base in BASELINES + (W5_BASELINES if w == "W5" else ()):
+                for base in BASELINES + (W5_BASELINES if w == "W5" else ()) + (
+                        ("diskreplay-whole",) if w in ("W6", "W6cold") else ()):
                     ref = systems.get(base, {}).get(key)
                     if ref and ref["median"] and base != name:
                         r = value["median"] / ref["median"]
@@ -916,6 +1009,7 @@ def goals(results):
                 if key in lat:
                     rows.append({"system": name, "goal": what, "value": lat[key]["max"],
                                  "met": lat[key]["max"] < limit})
+    rows += stacked_goals(results)
     for w, key, *_ in GOALS + [("W4", "sample32_per_s")]:
         a = results.get(w, {}).get("diskreplay-memmap", {}).get(key)
         b = results.get(w, {}).get("diskreplay-hdf5", {}).get(key)
@@ -924,6 +1018,50 @@ def goals(results):
             rows.append({"system": "diskreplay-hdf5", "goal": f"{w} {key} within 10% of memmap", "value": r,
                          "met": abs(r - 1) <= 0.1})
     return rows
+
+
+W6_GOALS = [  # (W6 workload, metric, compared with, ratio, at most (else at least), what)
+    ("W6", "disk_bytes_per_transition", "W3", 0.3, True, "W6 disk bytes/transition <= 0.3x W3"),
+    ("W6", "add_per_s", "W3", 1.0, False, "W6 add >= 1.0x W3 add"),
+    ("W6", "sample32_per_s", "W3", 0.8, False, "W6 warm sample >= 0.8x W3 warm sample"),
+    ("W6cold", "sample32_per_s", "W4", 1.0, False, "W6cold batches/s >= 1.0x W4"),
+]
+
+
+def stacked_goals(results):
+    """W6 against W3 and W4 of the same run, system by system (issue 17)."""
+    rows = []
+    for backend in ("memmap", "hdf5"):
+        name = f"diskreplay-{backend}"
+        for w, key, other, want, at_most, what in W6_GOALS:
+            a = results.get(w, {}).get(name, {}).get(key)
+            b = results.get(other, {}).get(name, {}).get(key)
+            if a and b and b["median"]:
+                r = a["median"] / b["median"]
+                rows.append({"system": name, "goal": what, "value": r, "met": r <= want if at_most else r >= want})
+    return rows
+
+
+def stacked_table(results):
+    """W6's disk use, rates and bytes read per cold batch next to W3's and W4's, and next to
+    the same steps in a store of whole states (diskreplay-whole)."""
+    lines = ["| system | metric | W6 / W6cold | W3 / W4 | ratio | whole states, same steps | ratio |",
+             "|---|---|---:|---:|---:|---:|---:|"]
+    for backend in ("memmap", "hdf5"):
+        name = f"diskreplay-{backend}"
+        for w, other, key in (("W6", "W3", "disk_bytes_per_transition"), ("W6", "W3", "add_per_s"),
+                              ("W6", "W3", "sample32_per_s"), ("W6cold", "W4", "sample32_per_s"),
+                              ("W6cold", "W4", "cold_bytes_per_batch")):
+            a = results.get(w, {}).get(name, {}).get(key)
+            if not a:
+                continue
+            cells = []
+            for b in (results.get(other, {}).get(name, {}).get(key),
+                      results.get(w, {}).get("diskreplay-whole", {}).get(key)):
+                cells += [fmt(b["median"]) if b else "-",
+                          f"{a['median'] / b['median']:.2f}" if b and b["median"] else "-"]
+            lines.append(f"| {name} | {w} {key} | {fmt(a['median'])} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
 
 
 def fmt(v):
@@ -1020,8 +1158,10 @@ def main(argv=None):
     parser.add_argument("--quick", action="store_true", help="tiny sizes, seconds (the test suite runs this)")
     parser.add_argument("--repeats", type=int, default=None, help="processes per system (default 3, quick 1)")
     parser.add_argument("--json", metavar="PATH", help="also write the results as JSON")
-    parser.add_argument("--workloads", default="W1,W2,W3,W4,W1x,W3lat,W3pace,W5")
+    parser.add_argument("--workloads", default="W1,W2,W3,W4,W1x,W3lat,W3pace,W5,W6,W6cold")
     parser.add_argument("--workdir", default=None, help="where stores are written (default: a new temp dir)")
+    parser.add_argument("--systems", default=None,
+                        help="only these systems (comma-separated), e.g. diskreplay-memmap,diskreplay-whole")
     parser.add_argument("--worker", nargs=2, metavar=("WORKLOAD", "SYSTEM"), help=argparse.SUPPRESS)
     parser.add_argument("--spec", help=argparse.SUPPRESS)
     parser.add_argument("--scaling", action="store_true",
@@ -1053,8 +1193,9 @@ def main(argv=None):
     code = git_state()  # before the run: what the workers import
     skipped = {}
     try:
+        only = None if args.systems is None else {name.strip() for name in args.systems.split(",")}
         results = add_ratios(run_all(sizes, repeats, workloads, workdir, lambda m: print(m, file=sys.stderr),
-                                     skipped))
+                                     skipped, only))
         facts = machine_facts(workdir)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
@@ -1063,6 +1204,9 @@ def main(argv=None):
     if "W5" in results:
         print()
         print(w5_table(results))
+    if "W6" in results or "W6cold" in results:
+        print()
+        print(stacked_table(results))
     print()
     print(goals_table(goal_rows))
     for system, why in skipped.items():

@@ -28,6 +28,8 @@ SYSTEMS = {
     "W3pace": {"diskreplay-memmap", "diskreplay-hdf5", "numpy", "np.memmap"},
     "W5": {"diskreplay-memmap", "diskreplay-hdf5", "diskreplay-uniform", "slm-per"}
     | ({"cpprb-per"} if "cpprb" in INSTALLED else set()),
+    "W6": {"diskreplay-memmap", "diskreplay-hdf5", "diskreplay-whole"},
+    "W6cold": {"diskreplay-memmap", "diskreplay-hdf5", "diskreplay-whole"},
 }
 
 
@@ -62,6 +64,12 @@ def test_quick_benchmark_reports_every_workload_and_system(tmp_path):
         w3 = results["W3"][name]
         assert {"add_per_s", "sample32_per_s", "open_s"} <= set(w3)
         assert "x_np.memmap" in w3["sample32_per_s"] and "x_h5py-chunked" in w3["sample32_per_s"]
+    for name in SYSTEMS["W6"]:  # frame stacks (issue 17): disk use, and an honest cold measurement
+        assert results["W6"][name]["disk_bytes_per_transition"]["median"] > 0
+        assert results["W6cold"][name]["resident_pages_before_batch"]["max"] == 0, name
+        assert results["W6cold"][name]["cold_bytes_per_batch"]["median"] > 0, name
+    assert "x_diskreplay-whole" in results["W6"]["diskreplay-memmap"]["add_per_s"]
+    assert any(row["goal"].startswith("W6 disk bytes") for row in data["goals"])
     for name in W4_SYSTEMS:
         w4 = results["W4"][name]
         assert w4["resident_pages_before_batch"]["max"] == 0, name  # the cold measurement is honest

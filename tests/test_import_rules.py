@@ -9,7 +9,7 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MAX_LINES = 450
-DURABILITY = {"description", "counters", "checkpoint", "rowsums", "jumps", "lock", "recovery"}
+DURABILITY = {"description", "counters", "checkpoint", "rowsums", "jumps", "framestack", "lock", "recovery"}
 FACADE_AND_ABOVE = {"store", "views", "stats", "export", "export_d4rl", "export_minari", "slm", "demo", "finals", "envspaces", "sb3", "torchrl", "gym", "ray"}
 CLI_MAY_IMPORT = {"diskreplay", "diskreplay.views", "diskreplay.stats", "diskreplay.export", "diskreplay.verify",
                   "diskreplay.errors", "diskreplay.backends", "diskreplay.episodereader"}  # backends: the public BACKENDS list

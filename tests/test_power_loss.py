@@ -22,7 +22,7 @@ import warnings
 
 import pytest
 
-from crash_common import add_step, crash_fields, store_problems
+from crash_common import FRAME, add_step, crash_fields, store_problems
 
 import diskreplay.counters
 from diskreplay import DiskReplay, DiskReplayError
@@ -110,10 +110,13 @@ def crash_image(durable: dict, current: dict, rng: random.Random) -> dict:
 
 
 def run_workload(store: str, backend: str, num_envs: int, rng: random.Random, monkeypatch,
-                 remove_data_barrier: bool = False, flush_every: int | None = None) -> PowerLossRecorder:
+                 remove_data_barrier: bool = False, flush_every: int | None = None,
+                 frame_stack: int | None = None) -> PowerLossRecorder:
+    """``frame_stack``: a frame-stack store (``crash_common.stack_step_args``), for tests/test_frame_stack.py."""
     max_size = 37
-    buf = DiskReplay.create(store, max_size, num_envs=num_envs, backend=backend, fields=crash_fields(),
-                            seed=7, flush_every=flush_every)
+    fields = crash_fields((frame_stack,) + FRAME) if frame_stack else crash_fields()
+    buf = DiskReplay.create(store, max_size, num_envs=num_envs, backend=backend, fields=fields,
+                            seed=7, flush_every=flush_every, frame_stack=frame_stack)
     rec = PowerLossRecorder(store, rng, crash_prob=0.02)
     real_write = CheckpointFile.write
 

@@ -447,13 +447,15 @@ def test_info_shows_alpha_and_epsilon_and_the_cli_samples_with_weights(tmp_path,
         assert out.exit_code == 0, out.output
         data = json.loads(out.output)
         assert (data["prioritized"], data["alpha"], data["epsilon"]) == (True, 0.5, 0.01)
+        assert data["priority_tree"] == "C"  # the install builds the extension (tests/test_sumtree_native.py)
         text = runner.invoke(main, ["info", buf.path]).output
         assert "alpha           0.5" in text and "epsilon         0.01" in text
+        assert "priority_tree   C" in text
         out = runner.invoke(main, ["sample", buf.path, "-n", "3"])
         assert out.exit_code == 0 and "weights" in out.output.splitlines()[0]
     with DiskReplay.create(tmp_path / "u", 10, backend=backend) as buf:
         lines = CliRunner().invoke(main, ["info", buf.path]).output.splitlines()
-        assert not [line for line in lines if line.startswith(("alpha", "prioritized"))]
+        assert not [line for line in lines if line.startswith(("alpha", "prioritized", "priority_tree"))]
 
 
 def test_verify_checks_the_priorities_and_their_tree(tmp_path):
@@ -497,17 +499,18 @@ def test_an_interrupted_update_leaves_tree_and_dataset_agreeing(tmp_path, backen
     with make(tmp_path / "s", backend, max_size=20) as buf:
         fill(buf, 15)
         prio = buf._session.prio
-        real = type(prio.tree).update
 
-        def interrupted(tree, slots, values):
-            real(tree, slots[:1], values[:1])
+        def interrupted(tree, slots, values, copy, dirty, block):  # cut after one slot of the dataset
+            dirty[slots[0] // block] = 3
+            copy[slots[0]] = values[0]
             raise KeyboardInterrupt
 
-        monkeypatch.setattr(type(prio.tree), "update", interrupted)
+        monkeypatch.setattr(type(prio.tree), "update_mirrored", interrupted)
         with pytest.raises(KeyboardInterrupt):
             buf.update_priorities([1, 2, 3], [5.0, 6.0, 7.0])
         monkeypatch.undo()
         assert prio.tree.problems() == [] and int(prio.words[5]) % 2 == 0
+        assert prio.tree.leaves[1] == (5.0 + buf.epsilon) ** buf.alpha  # the tree took the cut-short slot
         np.testing.assert_array_equal(prio.tree.leaves[:20], np.asarray(prio.live))
         with DiskReplay.open(buf.path, mode="r") as ro:
             np.testing.assert_array_equal(all_priorities(ro), all_priorities(buf))

@@ -8,6 +8,7 @@ that failed would fail the import below, not skip.
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import given, settings, strategies as st
 
 from diskreplay import sumtree
@@ -74,3 +75,51 @@ def test_a_damaged_native_tree_is_reported():
     tree.update(np.arange(100), np.ones(100))
     tree.sums[3] += 1.0
     assert any("sum node" in p for p in tree.problems())
+
+
+@settings(max_examples=40, deadline=None)
+@given(capacity=st.integers(1, 2000), block=st.sampled_from([1, 3, 512]), seed=st.integers(0, 2**32 - 1),
+       calls=st.integers(1, 6), beta=st.sampled_from([0.0, 0.4, 1.0]))
+def test_mirrored_updates_and_draws_agree_between_the_trees(capacity, block, seed, calls, beta):
+    """``update_mirrored`` (duplicated slots: the last value wins in the tree, the copy and
+    the dirty map alike) and ``draw`` (masses, CER's last index, weights) give the same on
+    the C and the numpy tree, and what a plain model says."""
+    rng = np.random.default_rng(seed)
+    trees = [BinarySumTree(capacity), SumTree(capacity, 8)]
+    copies = [np.zeros(capacity) for _ in trees]
+    dirties = [np.zeros(-(-capacity // block), np.uint8) for _ in trees]
+    model = np.zeros(capacity)
+    for _ in range(calls):
+        slots = rng.integers(0, capacity, rng.integers(1, 50))
+        values = rng.integers(0, 7, len(slots)).astype(float)
+        for tree, copy, dirty in zip(trees, copies, dirties):
+            tree.update_mirrored(slots, values, copy, dirty, block)
+        for s, v in zip(slots.tolist(), values.tolist()):  # in order: the last one stays
+            model[s] = v
+        marked = np.zeros_like(dirties[0])
+        marked[np.unique(slots) // block] = 3
+        for tree, copy, dirty in zip(trees, copies, dirties):
+            assert np.array_equal(copy, model) and np.array_equal(tree.leaves[:capacity], model)
+            assert np.array_equal(dirty & marked, marked)
+            assert tree.problems() == []
+        if model.sum() > 0:
+            uniforms = rng.random(40)
+            last = int(rng.integers(-1, capacity))
+            (i_c, w_c), (i_n, w_n) = (tree.draw(uniforms, last, beta) for tree in trees)
+            assert np.array_equal(i_c, i_n)
+            want = np.searchsorted(np.cumsum(model), uniforms * model.sum(), side="right")
+            if last >= 0:
+                want[-1] = last
+            assert np.array_equal(i_c, want)
+            assert w_c.dtype == w_n.dtype == np.float32
+            least = model[model > 0].min()
+            with np.errstate(divide="ignore"):
+                np.testing.assert_allclose(w_c, (model[want] / least) ** -beta, rtol=1e-6)
+            np.testing.assert_allclose(w_n, w_c, rtol=1e-6)
+
+
+def test_a_mirrored_update_with_a_bad_slot_writes_nothing():
+    tree, copy, dirty = BinarySumTree(10), np.zeros(8), np.zeros(1, np.uint8)
+    with pytest.raises(IndexError):
+        tree.update_mirrored(np.array([1, 9]), np.array([2.0, 3.0]), copy, dirty, 512)  # 9: past the copy
+    assert tree.total == 0 and not copy.any() and not dirty.any()

@@ -1,13 +1,13 @@
 """Child process of the crash tests: writes self-describing transitions until killed.
 
     python tests/support/crash_child.py STORE --acks FILE [--create --backend memmap --num-envs 1
-        --max-size 37] [--flush-prob 0.02] [--seed 0] [--duration SECONDS] [--hold]
+        --max-size 37] [--flush-prob 0.02] [--seed 0] [--duration SECONDS] [--hold] [--frame-stack K]
 
 Opens (or with ``--create`` creates, when absent or left incomplete by a killed creator) the store at STORE for writing, then
 appends ``ready <seen_size>`` to FILE and, after every ``add`` that returned, a line
 ``<seen_size>``. The acknowledgement is written with one ``os.write`` on an ``O_APPEND``
 descriptor, so a kill leaves at most one partial last line, which readers ignore.
-Transitions follow ``crash_common.step_args``; the child continues from the store's
+Transitions follow ``crash_common.step_args`` (``stack_step_args`` with ``--frame-stack``); the child continues from the store's
 ``seen_size``, flushes with probability ``--flush-prob`` after an add and now and then
 samples (to move the sampler). ``--duration`` stops after that many seconds and closes
 the store cleanly (``done <seen_size>``); ``--hold`` only holds the writer lock.
@@ -20,7 +20,7 @@ import random
 import sys
 import time
 
-from crash_common import add_step, crash_fields
+from crash_common import FRAME, add_step, crash_fields
 
 from diskreplay import DiskReplay
 from diskreplay.errors import IncompleteStoreError, StoreNotFoundError
@@ -39,6 +39,7 @@ def main(argv=None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--duration", type=float, default=None)
     p.add_argument("--hold", action="store_true")
+    p.add_argument("--frame-stack", type=int, default=None)
     args = p.parse_args(argv)
 
     try:
@@ -48,7 +49,8 @@ def main(argv=None) -> int:
             raise
         # Absent, or an earlier child was killed while creating it (nothing acknowledged yet).
         buf = DiskReplay.create(args.store, args.max_size, num_envs=args.num_envs, backend=args.backend,
-                                batch_size=4, seed=args.seed, fields=crash_fields(), overwrite=True)
+                                batch_size=4, seed=args.seed, overwrite=True, frame_stack=args.frame_stack,
+                                fields=crash_fields((args.frame_stack,) + FRAME) if args.frame_stack else crash_fields())
     fd = os.open(args.acks, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     seen = buf.seen_size
     os.write(fd, b"ready %d\n" % seen)

@@ -12,6 +12,12 @@ Transition number ``t`` (1-based, in the order added) is stored as
   ring (so the kill -9 and power-cut suites cover the jump ring too).
 
 The store must return the given next state for every transition (next states are exact).
+
+A frame-stack store (``buf.frame_stack`` = k) gets stacks instead (``stack_step_args``):
+each env runs episodes of 1, 4 and 6 steps (episodes shorter than k, as long as k and
+longer); a state is the stack of its episode's k newest frames (the first frame repeated
+before the episode's start, as ``FrameStackObservation`` pads), each frame naming its env,
+its episode and its position, so a stack rebuilt from wrong frames shows.
 """
 from __future__ import annotations
 
@@ -42,8 +48,68 @@ def step_args(first: int, num_envs: int, state_shape=STATE_SHAPE):
 
 
 def add_step(buf, first: int) -> None:
-    s, a, r, ns, d, extra = step_args(first, buf.num_envs, buf.fields["states"][0])
+    if buf.frame_stack:
+        s, a, r, ns, d, extra = stack_step_args(first, buf.num_envs, buf.frame_stack)
+    else:
+        s, a, r, ns, d, extra = step_args(first, buf.num_envs, buf.fields["states"][0])
     buf.add(s, a, r, ns, d, **extra)
+
+
+FRAME = (24,)
+
+
+def episode_start(step: int, env: int) -> bool:
+    """Whether env ``env`` starts an episode at step ``step`` (episodes of 6, 4 and 1 steps)."""
+    return step == 0 or (step * 7 + env * 5) % 11 in (0, 4, 9)
+
+
+def _frame(env: int, start: int, x: int) -> np.ndarray:
+    x = max(x, 0)  # before the episode's first frame: that frame repeated
+    out = np.full(FRAME, np.float32(start * 7 + x), np.float32)
+    out[:3] = (env, start, x)
+    return out
+
+
+def stack_of(t: int, num_envs: int, k: int, next_state: bool = False) -> np.ndarray:
+    """The state (or next state) of transition ``t``: its episode's k newest frames."""
+    env, step = (t - 1) % num_envs, (t - 1) // num_envs
+    start = step
+    while not episode_start(start, env):
+        start -= 1
+    age = step - start + (1 if next_state else 0)  # the next state: the episode's next frame
+    return np.stack([_frame(env, start, age - k + 1 + i) for i in range(k)])
+
+
+def stack_step_args(first: int, num_envs: int, k: int):
+    """As ``step_args``, for a frame-stack store of ``k`` frames of ``FRAME``."""
+    ts = np.arange(first, first + num_envs, dtype=np.int64)
+    states = np.stack([stack_of(t, num_envs, k) for t in ts.tolist()])
+    next_states = np.stack([stack_of(t, num_envs, k, True) for t in ts.tolist()])
+    dones = np.array([episode_start((t - 1) // num_envs + 1, (t - 1) % num_envs) for t in ts.tolist()])
+    actions, rewards, tags = ts.copy(), (ts / 2).astype(np.float32), (-ts).astype(np.int32)
+    if num_envs == 1:
+        return states[0], int(actions[0]), float(rewards[0]), next_states[0], bool(dones[0]), {"tags": np.int32(tags[0])}
+    return states, actions, rewards, next_states, dones, {"tags": tags}
+
+
+def stack_row_problems(batch: dict, ts: np.ndarray, num_envs: int, k: int) -> list[str]:
+    """``row_problems`` for a frame-stack store written with ``stack_step_args``."""
+    problems = []
+    for pos, t in enumerate(np.asarray(ts, np.int64).tolist()):
+        bad = []
+        if not np.array_equal(batch["states"][pos], stack_of(t, num_envs, k)):
+            bad.append("states")
+        if not np.array_equal(batch["next_states"][pos], stack_of(t, num_envs, k, True)):
+            bad.append("next_states")
+        if int(batch["actions"][pos]) != t or float(batch["rewards"][pos]) != float(np.float32(t / 2)):
+            bad.append("action/reward")
+        if bool(batch["dones"][pos]) != episode_start((t - 1) // num_envs + 1, (t - 1) % num_envs):
+            bad.append(f"done {batch['dones'][pos]}")
+        if "tags" in batch and int(batch["tags"][pos]) != -t:
+            bad.append(f"tag {batch['tags'][pos]}")
+        if bad:
+            problems.append(f"slot holding transition {t}: " + ", ".join(bad))
+    return problems
 
 
 def row_problems(batch: dict, ts: np.ndarray, num_envs: int, newest: int | None) -> list[str]:
@@ -111,16 +177,23 @@ def store_problems(buf, *, min_seen: int, max_seen: int) -> list[str]:
         return problems
     ts = held_transitions(seen, m)
     batch = buf.get(np.arange(len(ts)))
-    problems += row_problems(batch, ts, n, seen)
+    k = buf.frame_stack
+    rows = (lambda b, held: stack_row_problems(b, held, n, k)) if k else (lambda b, held: row_problems(b, held, n, seen))
+    problems += rows(batch, ts)
     ns = np.asarray(buf.ns_buffer).reshape(n, -1)
     newest = np.arange(seen - n + 1, seen + 1)
-    want = (newest + n + np.where(newest % 3 == 0, 0.25, 0)).astype(np.float32)
-    if not (ns == want[:, None]).all():
-        problems.append(f"ns_buffer holds {np.unique(ns)[:8]}, expected {want}")
+    if k:
+        want = np.stack([stack_of(t, n, k, True) for t in newest.tolist()]).reshape(n, -1)
+        if not np.array_equal(ns, want):
+            problems.append("ns_buffer does not hold the newest step's next stacks")
+    else:
+        want = (newest + n + np.where(newest % 3 == 0, 0.25, 0)).astype(np.float32)
+        if not (ns == want[:, None]).all():
+            problems.append(f"ns_buffer holds {np.unique(ns)[:8]}, expected {want}")
     sample = buf.sample(8)
     idxs = np.asarray(buf.batch_idxs)
     if idxs.shape != (8,) or idxs.min() < 0 or idxs.max() >= size:
         problems.append(f"sample drew indices {idxs} outside [0, {size})")
     else:
-        problems += row_problems(sample, ts[idxs], n, seen)
+        problems += rows(sample, ts[idxs])
     return problems

@@ -60,7 +60,7 @@ def _complete_store(path: str) -> bool:
 
 def run_kill_loop(workdir: str, backend: str, num_envs: int, *, kills: int | None = None,
                   minutes: float | None = None, max_size: int = 37, seed: int = 0,
-                  check_prob: float = 0.75, progress=None) -> dict:
+                  check_prob: float = 0.75, progress=None, frame_stack: int | None = None) -> dict:
     """Run rounds until ``kills`` kills or ``minutes`` elapsed; returns a summary dict
     with ``kills``, ``checks``, ``verified`` (transitions checked), ``failures`` (list)."""
     store = os.path.join(workdir, f"store-{backend}-{num_envs}.replay")
@@ -96,6 +96,8 @@ def run_kill_loop(workdir: str, backend: str, num_envs: int, *, kills: int | Non
         cmd = [sys.executable, CHILD, store, "--acks", acks.path, "--create", "--backend", backend,
                "--num-envs", str(n), "--max-size", str(max_size), "--seed", str(rng.randrange(1 << 30)),
                "--flush-prob", str(rng.choice([0.0, 0.005, 0.03, 0.2]))]
+        if frame_stack:
+            cmd += ["--frame-stack", str(frame_stack)]
         with open(errlog, "wb") as err:
             child = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err)
         try:
