@@ -192,31 +192,45 @@ class FrameStacks:
         return chain, (chain - base - 1) % m, found.reshape(chain.shape), ks.reshape(chain.shape)
 
     def finish(self, plan, frames: np.ndarray, seen: int, base: int) -> np.ndarray:
-        """The whole states of a ``plan``, given ``frames``, the ring's rows at its slots:
-        where a base lies in a chain, its whole state's older frames replace the frames
-        before it, and frames the ring overwrote since come from the tail."""
+        """The whole states of a ``plan``, given ``frames``, the ring's rows at its slots
+        (``patch`` on the rows whose chains need it)."""
         chain, _, found, ks = plan
-        k, m = self.k, self.max_size
         out = frames.reshape(chain.shape + self.frame.shape)
-        oldest_live = max(seen - m, base)
-        if not found.any() and (not len(chain) or int(chain[:, 0].min()) > oldest_live):
+        oldest_live = max(seen - self.max_size, base)
+        if not len(chain) or not found.any() and int(chain[:, 0].min()) > oldest_live:
             return out  # the common case: every frame in the ring, no base in any chain
-        newest = np.where(found.any(axis=1), k - 1 - found[:, ::-1].argmax(axis=1), -1)  # a row's newest base
-        dead = (chain <= oldest_live) & (np.arange(k)[None, :] > newest[:, None])
-        rows = np.flatnonzero(newest >= 0)
-        if len(rows):
-            pos = newest[rows]
-            whole = self.records.states(ks[rows, pos])
-            for i in np.unique(pos).tolist():  # a base at position i gives the first i + 1 frames
-                sel = pos == i
-                out[rows[sel], :i + 1] = whole[sel, k - 1 - i:]
-        if dead.any():
-            us = chain[dead]
-            if int(us.min()) <= base or int(us.min()) <= seen - m - self.rows + self.num_envs:
-                raise CorruptStoreError("a frame stack needs a frame that neither the ring, the stack ring nor "
-                                        "the tail holds; the stack files are damaged")
-            out[dead] = self.tail[(us - 1) % self.rows]
+        rows = np.flatnonzero(found.any(axis=1) | (chain[:, 0] <= oldest_live))
+        self.patch(out, rows, chain[rows], found[rows], ks[rows], seen, base, {})
         return out
+
+    def patch(self, out: np.ndarray, rows, chains, found, ks, seen: int, base: int, wholes: dict) -> None:
+        """Make ``out[i]`` (for ``i`` in ``rows``) the stack of the transitions ``chains[j]``
+        (``k`` of them, oldest first; ``found`` and ``ks`` their stack-ring lookups), given
+        the ring's frames there: the newest base in a chain gives, from its whole state, the
+        frames up to its own; frames after it that the ring overwrote come from the tail.
+        ``wholes``: whole states already read, by record number (a state and its next state
+        often share their base)."""
+        k = self.k
+        oldest_live = max(seen - self.max_size, base)
+        lowest = max(base, seen - self.max_size - self.rows + self.num_envs)  # older frames are in no file
+        for i, chain, hits, recs in zip(np.asarray(rows).tolist(), np.asarray(chains).tolist(),
+                                        np.asarray(found).tolist(), np.asarray(ks).tolist()):
+            p = k - 1
+            while p >= 0 and not hits[p]:
+                p -= 1
+            if p >= 0:  # a base at position p gives the first p + 1 frames
+                whole = wholes.get(recs[p])
+                if whole is None:
+                    whole = wholes[recs[p]] = self.records.states(recs[p:p + 1])[0]
+                out[i, :p + 1] = whole[k - 1 - p:]
+            for j in range(p + 1, k):
+                u = chain[j]
+                if u > oldest_live:
+                    break  # chains ascend: the rest is in the ring
+                if u <= lowest:
+                    raise CorruptStoreError("a frame stack needs a frame that neither the ring, the stack ring "
+                                            "nor the tail holds; the stack files are damaged")
+                out[i, j] = self.tail[(u - 1) % self.rows]
 
     def chain_slots(self, slots: np.ndarray) -> np.ndarray:
         """Every slot a rebuild of the states at ``slots`` and of their next states may read

@@ -28,6 +28,7 @@ from .prioritized import Priorities, open_priorities
 from .priorityargs import check_priorities
 from .rowsums import torn_slots
 from .schema import FieldSpec
+from .stackbatch import StackBatches
 
 _INT64 = np.dtype(np.int64)
 _smallest, _largest = np.minimum.reduce, np.maximum.reduce  # the ufuncs' own methods: no wrapper per call
@@ -53,6 +54,7 @@ class Session:
         self.counters: Counters | None = None
         self.data: DataFiles | None = None
         self.gatherer: Gatherer | None = None
+        self.stack_batches: StackBatches | None = None  # a frame-stack store's whole batches (stackbatch.py)
         self.prio: Priorities | None = None  # a prioritized store's priorities and tree (prioritized.py)
         self.recovery_note: str | None = None
         self.seen = self.base = self.draws = self.resets = 0
@@ -86,6 +88,9 @@ class Session:
                               self.num_envs, self.reserve_rows, self.writable,
                               with_jumps=self.desc["format_version"] >= 2, frame_stack=self.frame_stack)
         self.gatherer = Gatherer(self.fields, self.data.storage, self.num_envs, self.max_size)
+        if self.data.stacks is not None:
+            self.stack_batches = StackBatches(self.data.stacks, self.gatherer, self.data.jumps, self.num_envs,
+                                              self.max_size)
         self.prio = open_priorities(self.directory, self.desc, self.writable)
 
     # ------------------------------------------------------------------ state
@@ -209,7 +214,8 @@ class Session:
 
     def _gather(self, idxs: np.ndarray, head: int) -> dict:
         if self.frame_stack:
-            return self._row_gather(head, self.current_ns())(idxs)
+            return self.stack_batches.batch(idxs, head, self.seen, self.base, self.scount, self.jcount,
+                                            self.current_ns())
         batch = self.gatherer.gather(idxs, head, self.current_ns())
         if self.jcount:
             self._patch_jumps(batch, idxs, head, self.jcount)
@@ -257,6 +263,9 @@ class Session:
         jcount = self.jcount
 
         def gather(slots, names=None):
+            if self.frame_stack and names is None and fix is None:  # jumps patched there too
+                return self.stack_batches.batch(np.asarray(slots, np.int64), head, self.seen, self.base,
+                                                self.scount, jcount, ns_rows)
             if self.frame_stack:
                 batch = self._stack_rows(slots, names, head, ns_rows, fix)
             elif names is None:
@@ -391,6 +400,7 @@ class Session:
         if self.prio is not None:
             self.prio.close()
             self.prio = None
+        self.stack_batches = None
         if self.gatherer is not None:
             self.gatherer.close()
             self.gatherer = None

@@ -115,8 +115,10 @@ class StackMachine(RuleBasedStateMachine):
     def sample(self, batch):
         got = self.buf.sample(batch)
         want = self.model.get(self.buf.batch_idxs)
+        named = self.buf.get(self.buf.batch_idxs, fields=list(want))  # named fields: the general path
         for key in want:
             np.testing.assert_array_equal(got[key], want[key], err_msg=key)
+            np.testing.assert_array_equal(named[key], want[key], err_msg=key)
 
     @rule()
     def flush(self):

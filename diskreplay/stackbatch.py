@@ -1,0 +1,92 @@
+"""Whole batches of a frame-stack store (``sample``, ``get``, n-step rows): every field of
+the rows at some slots, states and next states rebuilt from frames (``framestack.py``).
+
+A row's state is the frames of transitions ``t - (k-1)n, ..., t`` and its next state those
+of ``t - (k-2)n, ..., t + n``: one chain of ``k + 1`` transitions holds both, so the stack
+ring is searched once per chain entry, and the chain's slots are the row's slot plus fixed
+offsets. While the frames are in RAM, the states and the next states are each one ``take``
+of the gather mapping straight into the batch's arrays. The rows that need more (a base in
+the chain, a frame the ring overwrote, a next state in the ``ns_buffer`` or in the jump
+ring) are few; only they go through ``FrameStacks.finish``, the one rule, and the patches.
+Reads with a reader's undo overlay, or of named fields only, take ``Session._stack_rows``.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .framestack import FrameStacks
+from .gather import BATCH_ORDER, FRAME_ROW_BYTES, PROBE_ROWS, Gatherer, slot_runs
+from .jumps import JumpRing
+
+_largest, _smallest = np.maximum.reduce, np.minimum.reduce  # the ufuncs' own methods: no wrapper per call
+
+
+class StackBatches:
+    """Reads whole batches of one opened frame-stack store (see the module docstring)."""
+
+    def __init__(self, stacks: FrameStacks, gatherer: Gatherer, jumps: JumpRing | None, num_envs: int,
+                 max_size: int):
+        self.stacks, self.gatherer, self.jumps = stacks, gatherer, jumps
+        self.k, self.n, self.m = stacks.k, num_envs, max_size
+        fields = gatherer.fields
+        self.keys = list(BATCH_ORDER) + [f for f in fields if f not in BATCH_ORDER]
+        self.others = [f for f in self.keys if f in fields and f != "states"]
+        self.offsets = np.arange(-(self.k - 1), 2, dtype=np.int64) * num_envs  # the chain: t - (k-1)n ... t + n
+        self.small_frames = fields["states"].row_bytes < FRAME_ROW_BYTES  # never probed (Gatherer.stack_rows)
+
+    def batch(self, slots: np.ndarray, head: int, seen: int, base: int, scount: int, jcount: int,
+              ns_rows: np.ndarray) -> dict:
+        """Every field of the rows at ``slots`` (int64), whole states and next states
+        included, on the snapshot ``(seen, base)`` with ``scount`` stack records and
+        ``jcount`` jump records committed; ``ns_rows`` is its ``ns_buffer``."""
+        k, n, m = self.k, self.n, self.m
+        ts = seen - (head - slots) % m  # the transitions held
+        chain = ts[:, None] + self.offsets
+        chain_slots = slots[:, None] + self.offsets
+        chain_slots %= m
+        found, ks = self.stacks.records.find(chain.reshape(-1), scount)
+        gatherer = self.gatherer
+        if slot_runs(slots) is None and (self.small_frames or gatherer.rows_cached(slots[:PROBE_ROWS])):
+            arrays = gatherer.storage.gather_arrays
+            frames = arrays["states"]
+            states = frames.take(chain_slots[:, :k], axis=0)
+            next_states = frames.take(chain_slots[:, 1:], axis=0)
+            batch = {name: arrays[name].take(slots, axis=0) for name in self.others}
+        else:  # cold frames or a scan's runs: each distinct frame read once, as Gatherer.stack_rows does
+            if found.any():
+                self.stacks.records.will_need(ks[found])
+            batch, frames = gatherer.stack_rows(slots, self.others, chain_slots.reshape(-1), head, ns_rows)
+            frames = frames.reshape(chain.shape + frames.shape[1:])
+            states, next_states = np.ascontiguousarray(frames[:, :k]), np.ascontiguousarray(frames[:, 1:])
+        newest = seen - n  # transitions after it have their next state in the ns_buffer
+        in_buffer = ts > newest if len(ts) and _largest(ts) > newest else None
+        if found.any() or len(ts) and _smallest(ts) - (k - 1) * n <= max(seen - m, base):
+            self._finish(chain, found.reshape(chain.shape), ks.reshape(chain.shape), states, next_states,
+                         in_buffer, seen, base)
+        if in_buffer is not None:
+            next_states[in_buffer] = ns_rows.take(ts[in_buffer] - (newest + 1), axis=0)
+        if jcount:
+            jumped, jks = self.jumps.find(ts, jcount)
+            if in_buffer is not None:
+                jumped &= ~in_buffer
+            if jumped.any():
+                next_states[jumped] = self.jumps.states(jks[jumped])
+        batch["states"], batch["next_states"] = states, next_states
+        return {key: batch[key] for key in self.keys}
+
+    def _finish(self, chain, found, ks, states, next_states, in_buffer, seen: int, base: int) -> None:
+        """``FrameStacks.patch`` on the rows whose chains hold a base or a frame the ring
+        overwrote: their states (chain positions ``0..k-1``) and, unless in the ns_buffer,
+        their next states (positions ``1..k``), which share the whole states they read."""
+        k, stacks = self.k, self.stacks
+        rows = np.flatnonzero(found.any(axis=1) | (chain[:, 0] <= max(seen - self.m, base)))
+        chain, found, ks = chain[rows], found[rows], ks[rows]
+        wholes = {}
+        stacks.patch(states, rows, chain[:, :k], found[:, :k], ks[:, :k], seen, base, wholes)
+        if in_buffer is not None:
+            keep = ~in_buffer[rows]
+            rows, chain, found, ks = rows[keep], chain[keep], found[keep], ks[keep]
+        stacks.patch(next_states, rows, chain[:, 1:], found[:, 1:], ks[:, 1:], seen, base, wholes)
+
+
+__all__ = ["StackBatches"]
