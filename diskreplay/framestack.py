@@ -195,42 +195,37 @@ class FrameStacks:
         """The whole states of a ``plan``, given ``frames``, the ring's rows at its slots
         (``patch`` on the rows whose chains need it)."""
         chain, _, found, ks = plan
+        k = self.k
         out = frames.reshape(chain.shape + self.frame.shape)
         oldest_live = max(seen - self.max_size, base)
         if not len(chain) or not found.any() and int(chain[:, 0].min()) > oldest_live:
             return out  # the common case: every frame in the ring, no base in any chain
-        rows = np.flatnonzero(found.any(axis=1) | (chain[:, 0] <= oldest_live))
-        self.patch(out, rows, chain[rows], found[rows], ks[rows], seen, base, {})
+        newest = np.where(found.any(axis=1), k - 1 - found[:, ::-1].argmax(axis=1), -1)  # a row's newest base
+        rows = np.flatnonzero((newest >= 0) | (chain[:, 0] <= oldest_live))
+        pos = newest[rows]
+        for i, p, rec, first in zip(rows.tolist(), pos.tolist(), ks[rows, np.maximum(pos, 0)].tolist(),
+                                    chain[rows, 0].tolist()):
+            self.patch(out[i], first, p, rec, seen, base)
         return out
 
-    def patch(self, out: np.ndarray, rows, chains, found, ks, seen: int, base: int, wholes: dict) -> None:
-        """Make ``out[i]`` (for ``i`` in ``rows``) the stack of the transitions ``chains[j]``
-        (``k`` of them, oldest first; ``found`` and ``ks`` their stack-ring lookups), given
-        the ring's frames there: the newest base in a chain gives, from its whole state, the
-        frames up to its own; frames after it that the ring overwrote come from the tail.
-        ``wholes``: whole states already read, by record number (a state and its next state
-        often share their base)."""
-        k = self.k
+    def patch(self, out: np.ndarray, first: int, p: int, rec: int, seen: int, base: int) -> None:
+        """Make ``out`` the stack of transitions ``first, first + n, ..., first + (k-1)n``
+        (``n`` = ``num_envs``), given the ring's frames there, where ``p`` is the position
+        of its newest base (-1: none) and ``rec`` that base's stack-ring record: the base's
+        whole state gives the frames up to its own (one positioned read of its last ``p + 1``
+        frames); frames after it that the ring overwrote come from the tail."""
+        k, n = self.k, self.num_envs
+        if p >= 0:
+            self.records.read_into(rec, out[:p + 1], k - 1 - p)
         oldest_live = max(seen - self.max_size, base)
-        lowest = max(base, seen - self.max_size - self.rows + self.num_envs)  # older frames are in no file
-        for i, chain, hits, recs in zip(np.asarray(rows).tolist(), np.asarray(chains).tolist(),
-                                        np.asarray(found).tolist(), np.asarray(ks).tolist()):
-            p = k - 1
-            while p >= 0 and not hits[p]:
-                p -= 1
-            if p >= 0:  # a base at position p gives the first p + 1 frames
-                whole = wholes.get(recs[p])
-                if whole is None:
-                    whole = wholes[recs[p]] = self.records.states(recs[p:p + 1])[0]
-                out[i, :p + 1] = whole[k - 1 - p:]
-            for j in range(p + 1, k):
-                u = chain[j]
-                if u > oldest_live:
-                    break  # chains ascend: the rest is in the ring
-                if u <= lowest:
-                    raise CorruptStoreError("a frame stack needs a frame that neither the ring, the stack ring "
-                                            "nor the tail holds; the stack files are damaged")
-                out[i, j] = self.tail[(u - 1) % self.rows]
+        for j in range(p + 1, k):
+            u = first + j * n
+            if u > oldest_live:
+                break  # chains ascend: the rest is in the ring
+            if u <= max(base, seen - self.max_size - self.rows + n):  # older frames are in no file
+                raise CorruptStoreError("a frame stack needs a frame that neither the ring, the stack ring nor "
+                                        "the tail holds; the stack files are damaged")
+            out[j] = self.tail[(u - 1) % self.rows]
 
     def chain_slots(self, slots: np.ndarray) -> np.ndarray:
         """Every slot a rebuild of the states at ``slots`` and of their next states may read

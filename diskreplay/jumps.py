@@ -183,17 +183,25 @@ class JumpRing:
         """The true next states of records ``ks``."""
         spec = self.spec
         out = np.empty((len(ks),) + spec.shape, spec.dtype)
-        flat = out.reshape(len(ks), -1).view(np.uint8)
         for i, k in enumerate(np.asarray(ks).tolist()):
-            at = self.offset + (k % self.capacity) * spec.row_bytes
-            try:
-                raw = os.pread(self.fd, spec.row_bytes, at)
-            except OSError as exc:
-                raise io_error(f"reading {self.path}", exc) from exc
-            if len(raw) != spec.row_bytes:
-                raise CorruptStoreError(f"{self.path} is shorter than its header says")
-            flat[i] = np.frombuffer(raw, np.uint8)
+            self.read_into(k, out[i])
         return out
+
+    def read_into(self, k: int, out: np.ndarray, first: int = 0) -> None:
+        """Copy items ``first, first + 1, ...`` (along the first axis) of record ``k``'s
+        state into ``out`` (C-contiguous, as many items as it holds) by one positioned read."""
+        spec = self.spec
+        item = spec.row_bytes // spec.shape[0] if first else 0
+        at = self.offset + (k % self.capacity) * spec.row_bytes + first * item
+        into = out if out.flags.c_contiguous else np.empty(out.shape, out.dtype)
+        try:
+            got = os.preadv(self.fd, [into.reshape(-1).view(np.uint8)], at)
+        except OSError as exc:
+            raise io_error(f"reading {self.path}", exc) from exc
+        if got != into.nbytes:
+            raise CorruptStoreError(f"{self.path} is shorter than its header says")
+        if into is not out:
+            out[...] = into
 
     def window_records(self, count: int, first_t: int, last_t: int) -> tuple[np.ndarray, np.ndarray]:
         """``(ts, ks)`` of the records in the window with ``first_t <= t <= last_t``, oldest first."""

@@ -61,8 +61,7 @@ class StackBatches:
         newest = seen - n  # transitions after it have their next state in the ns_buffer
         in_buffer = ts > newest if len(ts) and _largest(ts) > newest else None
         if found.any() or len(ts) and _smallest(ts) - (k - 1) * n <= max(seen - m, base):
-            self._finish(chain, found.reshape(chain.shape), ks.reshape(chain.shape), states, next_states,
-                         in_buffer, seen, base)
+            self._finish(ts, found, ks, states, next_states, in_buffer, seen, base)
         if in_buffer is not None:
             next_states[in_buffer] = ns_rows.take(ts[in_buffer] - (newest + 1), axis=0)
         if jcount:
@@ -74,19 +73,30 @@ class StackBatches:
         batch["states"], batch["next_states"] = states, next_states
         return {key: batch[key] for key in self.keys}
 
-    def _finish(self, chain, found, ks, states, next_states, in_buffer, seen: int, base: int) -> None:
-        """``FrameStacks.patch`` on the rows whose chains hold a base or a frame the ring
-        overwrote: their states (chain positions ``0..k-1``) and, unless in the ns_buffer,
-        their next states (positions ``1..k``), which share the whole states they read."""
-        k, stacks = self.k, self.stacks
-        rows = np.flatnonzero(found.any(axis=1) | (chain[:, 0] <= max(seen - self.m, base)))
-        chain, found, ks = chain[rows], found[rows], ks[rows]
-        wholes = {}
-        stacks.patch(states, rows, chain[:, :k], found[:, :k], ks[:, :k], seen, base, wholes)
-        if in_buffer is not None:
-            keep = ~in_buffer[rows]
-            rows, chain, found, ks = rows[keep], chain[keep], found[keep], ks[keep]
-        stacks.patch(next_states, rows, chain[:, 1:], found[:, 1:], ks[:, 1:], seen, base, wholes)
+    def _finish(self, ts, found, ks, states, next_states, in_buffer, seen: int, base: int) -> None:
+        """``FrameStacks.patch`` on the states whose chains hold a base or a frame the ring
+        overwrote. A next state outside the ns_buffer is the whole state of its base where
+        ``t + n`` is one; else its first ``k - 1`` frames are its state's last ones (the
+        same transitions, the same newest base before ``t + n``) and its newest the ring's."""
+        k, n = self.k, self.n
+        oldest_live = max(seen - self.m, base)
+        hits = np.flatnonzero(found).tolist()  # flat positions in the (rows, k + 1) chains
+        rows, ns_bases = {}, {}  # row: (newest base among positions 0..k-1, its record); row: record at k
+        for q, rec in zip(hits, ks[hits].tolist()):
+            i, j = divmod(q, k + 1)
+            if j == k:
+                ns_bases[i] = rec
+            else:
+                rows[i] = (j, rec)  # ascending: the last is the newest
+        if _smallest(ts) - (k - 1) * n <= oldest_live:
+            for i in np.flatnonzero(ts - (k - 1) * n <= oldest_live).tolist():
+                rows.setdefault(i, (-1, 0))
+        for i, (p, rec) in rows.items():
+            self.stacks.patch(states[i], int(ts[i]) - (k - 1) * n, p, rec, seen, base)
+            if i not in ns_bases and (in_buffer is None or not in_buffer[i]):
+                next_states[i, :k - 1] = states[i, 1:]
+        for i, rec in ns_bases.items():
+            self.stacks.records.read_into(rec, next_states[i])
 
 
 __all__ = ["StackBatches"]
