@@ -45,6 +45,7 @@ class StackBatches:
         chain_slots = slots[:, None] + self.offsets
         chain_slots %= m
         found, ks = self.stacks.records.find(chain.reshape(-1), scount)
+        hits = found.nonzero()[0]  # positions in the flattened chains that are bases: few
         gatherer = self.gatherer
         if slot_runs(slots) is None and (self.small_frames or gatherer.rows_cached(slots[:PROBE_ROWS])):
             arrays = gatherer.storage.gather_arrays
@@ -53,36 +54,35 @@ class StackBatches:
             next_states = frames.take(chain_slots[:, 1:], axis=0)
             batch = {name: arrays[name].take(slots, axis=0) for name in self.others}
         else:  # cold frames or a scan's runs: each distinct frame read once, as Gatherer.stack_rows does
-            if found.any():
-                self.stacks.records.will_need(ks[found])
+            if len(hits):
+                self.stacks.records.will_need(ks[hits])
             batch, frames = gatherer.stack_rows(slots, self.others, chain_slots.reshape(-1), head, ns_rows)
             frames = frames.reshape(chain.shape + frames.shape[1:])
             states, next_states = np.ascontiguousarray(frames[:, :k]), np.ascontiguousarray(frames[:, 1:])
         newest = seen - n  # transitions after it have their next state in the ns_buffer
         in_buffer = ts > newest if len(ts) and _largest(ts) > newest else None
-        if found.any() or len(ts) and _smallest(ts) - (k - 1) * n <= max(seen - m, base):
-            self._finish(ts, found, ks, states, next_states, in_buffer, seen, base)
+        if len(hits) or len(ts) and _smallest(ts) - (k - 1) * n <= max(seen - m, base):
+            self._finish(ts, hits, ks, states, next_states, in_buffer, seen, base)
         if in_buffer is not None:
             next_states[in_buffer] = ns_rows.take(ts[in_buffer] - (newest + 1), axis=0)
         if jcount:
             jumped, jks = self.jumps.find(ts, jcount)
-            if in_buffer is not None:
-                jumped &= ~in_buffer
-            if jumped.any():
-                next_states[jumped] = self.jumps.states(jks[jumped])
+            rows = jumped.nonzero()[0]
+            for i, rec in zip(rows.tolist(), jks[rows].tolist()):
+                if in_buffer is None or not in_buffer[i]:  # the newest step's next states are the buffer's
+                    self.jumps.read_into(rec, next_states[i])
         batch["states"], batch["next_states"] = states, next_states
         return {key: batch[key] for key in self.keys}
 
-    def _finish(self, ts, found, ks, states, next_states, in_buffer, seen: int, base: int) -> None:
+    def _finish(self, ts, hits, ks, states, next_states, in_buffer, seen: int, base: int) -> None:
         """``FrameStacks.patch`` on the states whose chains hold a base or a frame the ring
         overwrote. A next state outside the ns_buffer is the whole state of its base where
         ``t + n`` is one; else its first ``k - 1`` frames are its state's last ones (the
         same transitions, the same newest base before ``t + n``) and its newest the ring's."""
         k, n = self.k, self.n
         oldest_live = max(seen - self.m, base)
-        hits = np.flatnonzero(found).tolist()  # flat positions in the (rows, k + 1) chains
         rows, ns_bases = {}, {}  # row: (newest base among positions 0..k-1, its record); row: record at k
-        for q, rec in zip(hits, ks[hits].tolist()):
+        for q, rec in zip(hits.tolist(), ks[hits].tolist()):  # flat positions in the (rows, k + 1) chains
             i, j = divmod(q, k + 1)
             if j == k:
                 ns_bases[i] = rec
