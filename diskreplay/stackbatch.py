@@ -7,8 +7,10 @@ ring is searched once per chain entry, and the chain's slots are the row's slot 
 offsets. While the frames are in RAM, the states and the next states are each one ``take``
 of the gather mapping straight into the batch's arrays. The rows that need more (a base in
 the chain, a frame the ring overwrote, a next state in the ``ns_buffer`` or in the jump
-ring) are few; only they go through ``FrameStacks.finish``, the one rule, and the patches.
-Reads with a reader's undo overlay, or of named fields only, take ``Session._stack_rows``.
+ring) are few; only they go through ``FrameStacks.patch``, the one rule, and the patches.
+The jump ring is searched only for rows whose ``t + n`` is a base: the writer makes every
+jump's next transition a base (``Writer._write_step``; FORMAT.md). Reads with a reader's
+undo overlay, or of named fields only, take ``Session._stack_rows``.
 """
 from __future__ import annotations
 
@@ -62,23 +64,19 @@ class StackBatches:
         newest = seen - n  # transitions after it have their next state in the ns_buffer
         in_buffer = ts > newest if len(ts) and _largest(ts) > newest else None
         if len(hits) or len(ts) and _smallest(ts) - (k - 1) * n <= max(seen - m, base):
-            self._finish(ts, hits, ks, states, next_states, in_buffer, seen, base)
+            self._finish(ts, hits, ks, states, next_states, in_buffer, seen, base, jcount)
         if in_buffer is not None:
             next_states[in_buffer] = ns_rows.take(ts[in_buffer] - (newest + 1), axis=0)
-        if jcount:
-            jumped, jks = self.jumps.find(ts, jcount)
-            rows = jumped.nonzero()[0]
-            for i, rec in zip(rows.tolist(), jks[rows].tolist()):
-                if in_buffer is None or not in_buffer[i]:  # the newest step's next states are the buffer's
-                    self.jumps.read_into(rec, next_states[i])
         batch["states"], batch["next_states"] = states, next_states
         return {key: batch[key] for key in self.keys}
 
-    def _finish(self, ts, hits, ks, states, next_states, in_buffer, seen: int, base: int) -> None:
+    def _finish(self, ts, hits, ks, states, next_states, in_buffer, seen: int, base: int, jcount: int) -> None:
         """``FrameStacks.patch`` on the states whose chains hold a base or a frame the ring
-        overwrote. A next state outside the ns_buffer is the whole state of its base where
-        ``t + n`` is one; else its first ``k - 1`` frames are its state's last ones (the
-        same transitions, the same newest base before ``t + n``) and its newest the ring's."""
+        overwrote. A next state outside the ns_buffer is, where ``t + n`` is a base, the
+        jump ring's record of ``t`` if it has one, else that base's whole state (a jump at
+        ``t`` makes ``t + n`` a base, so no other row can have a jump: ``Writer._write_step``);
+        else its first ``k - 1`` frames are its state's last ones (the same transitions, the
+        same newest base before ``t + n``) and its newest the ring's."""
         k, n = self.k, self.n
         oldest_live = max(seen - self.m, base)
         rows, ns_bases = {}, {}  # row: (newest base among positions 0..k-1, its record); row: record at k
@@ -95,8 +93,17 @@ class StackBatches:
             self.stacks.patch(states[i], int(ts[i]) - (k - 1) * n, p, rec, seen, base)
             if i not in ns_bases and (in_buffer is None or not in_buffer[i]):
                 next_states[i, :k - 1] = states[i, 1:]
-        for i, rec in ns_bases.items():
-            self.stacks.records.read_into(rec, next_states[i])
+        if not ns_bases:
+            return
+        rows, jumps = list(ns_bases), {}
+        if jcount:
+            jumped, jks = self.jumps.find(ts[rows], jcount)
+            jumps = {i: jk for i, jump, jk in zip(rows, jumped.tolist(), jks.tolist()) if jump}
+        for i in rows:
+            if i in jumps:
+                self.jumps.read_into(jumps[i], next_states[i])
+            else:
+                self.stacks.records.read_into(ns_bases[i], next_states[i])
 
 
 __all__ = ["StackBatches"]
