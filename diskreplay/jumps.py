@@ -106,6 +106,8 @@ class JumpRing:
         self.capacity = self.window + reserve_rows
         self.room = reserve_rows
         self.spec = states
+        self.row_bytes = states.row_bytes
+        self.item_bytes = states.row_bytes // states.shape[0] if states.shape else 0  # one item of the first axis
         self.fd = -1
         # The transition numbers of records [cache_lo, cache_lo + len(cache_ts)), copied from
         # the ring as lookups need them: a lookup then searches RAM, not the mapped file
@@ -190,9 +192,7 @@ class JumpRing:
     def read_into(self, k: int, out: np.ndarray, first: int = 0) -> None:
         """Copy items ``first, first + 1, ...`` (along the first axis) of record ``k``'s
         state into ``out`` (C-contiguous, as many items as it holds) by one positioned read."""
-        spec = self.spec
-        item = spec.row_bytes // spec.shape[0] if first else 0
-        at = self.offset + (k % self.capacity) * spec.row_bytes + first * item
+        at = self.offset + (k % self.capacity) * self.row_bytes + first * self.item_bytes
         into = out if out.flags.c_contiguous else np.empty(out.shape, out.dtype)
         try:
             got = os.preadv(self.fd, [into.reshape(-1).view(np.uint8)], at)

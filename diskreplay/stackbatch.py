@@ -44,8 +44,8 @@ class StackBatches:
         k, n, m = self.k, self.n, self.m
         ts = seen - (head - slots) % m  # the transitions held
         chain = ts[:, None] + self.offsets
-        chain_slots = slots[:, None] + self.offsets
-        chain_slots %= m
+        chain_slots = chain - (base + 1)
+        chain_slots %= m  # ring.slot_of
         found, ks = self.stacks.records.find(chain.reshape(-1), scount)
         hits = found.nonzero()[0]  # positions in the flattened chains that are bases: few
         gatherer = self.gatherer
