@@ -56,8 +56,12 @@ class StackBatches:
             next_states = frames.take(chain_slots[:, 1:], axis=0)
             batch = {name: arrays[name].take(slots, axis=0) for name in self.others}
         else:  # cold frames or a scan's runs: each distinct frame read once, as Gatherer.stack_rows does
-            if len(hits):
+            if len(hits):  # the whole states (and jump-ring next states) read later: announced now
                 self.stacks.records.will_need(ks[hits])
+                rows = hits[hits % (k + 1) == k] // (k + 1)  # t + n a base: t may have a jump
+                if jcount and len(rows):
+                    jumped, jks = self.jumps.find(ts[rows], jcount)
+                    self.jumps.will_need(jks[jumped])
             batch, frames = gatherer.stack_rows(slots, self.others, chain_slots.reshape(-1), head, ns_rows)
             frames = frames.reshape(chain.shape + frames.shape[1:])
             states, next_states = np.ascontiguousarray(frames[:, :k]), np.ascontiguousarray(frames[:, 1:])
