@@ -8,8 +8,9 @@ process, on a cold cache: before every run each store file is dropped from the p
 (``posix_fadvise(POSIX_FADV_DONTNEED)`` after ``os.sync()``; nothing else on the machine is
 evicted). Measured per command:
 
-  * wall time, and the store's data bytes over it, as a fraction of the disk's sequential
+  * wall time, and the bytes of the store's rows over it, as a fraction of the disk's sequential
     read rate measured in the same run (``dd`` of the frames file, cold, 16 MiB blocks);
+    the frames file is the largest by blocks on disk, since jump_states.npy is as large but sparse;
   * the command's anonymous memory: the maximum of ``RssAnon`` in ``/proc/PID/status``
     sampled every 20 ms (RSS also counts the store's page-cache pages it maps).
 
@@ -58,7 +59,14 @@ def build(path: str, slots: int, backend: str, log) -> int:
             buf.add(s, rng.integers(0, 6, NUM_ENVS), rng.normal(size=NUM_ENVS).astype(np.float32),
                     frames[(step + 1) % 64], rng.random(NUM_ENVS) < 0.01)
     log(f"built {path}: {slots} slots in {time.perf_counter() - t0:.0f} s")
-    return sum(os.path.getsize(f) for f in store_files(path) if f.endswith((".npy", ".h5")))
+    # The bytes of the rows a scan reads; not the files' sizes, which count the sparse
+    # jump_states.npy (as many bytes as the frames, none of them written here).
+    return slots * sum(int(np.prod(shape)) * np.dtype(dtype).itemsize for shape, dtype in fields.values())
+
+
+def allocated(path: str) -> int:
+    """Bytes of disk ``path`` occupies (a sparse file counts only what was written)."""
+    return os.stat(path).st_blocks * 512
 
 
 def store_files(path: str) -> list[str]:
@@ -113,7 +121,7 @@ def run(workdir: str, slots: int, backend: str = "memmap", commands=None, log=pr
     """Build the store in ``workdir``, time every command cold; returns the results."""
     path = os.path.join(workdir, "W3-stream.replay")
     data_bytes = build(path, slots, backend, log)
-    frames = max((f for f in store_files(path) if f.endswith((".npy", ".h5"))), key=os.path.getsize)
+    frames = max((f for f in store_files(path) if f.endswith((".npy", ".h5"))), key=allocated)
     seq = sequential_read(frames)
     log(f"sequential read (dd, cold): {seq / 1e6:.0f} MB/s")
     results = {"slots": slots, "backend": backend, "store_bytes": data_bytes, "seq_read_mb_s": seq / 1e6,
