@@ -1141,7 +1141,8 @@ def main_stream(args, argv):
     started, code = time.perf_counter(), git_state()
     slots = args.slots or (2_000 if args.quick else 100_000)
     try:
-        results = bench_stream.run(workdir, slots, args.backend, log=lambda m: print(m, file=sys.stderr))
+        results = bench_stream.run(workdir, slots, args.backend, log=lambda m: print(m, file=sys.stderr),
+                                   repeats=args.repeats or 1)
         facts = machine_facts(workdir)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)

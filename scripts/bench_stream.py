@@ -9,8 +9,10 @@ process, on a cold cache: before every run each store file is dropped from the p
 evicted). Measured per command:
 
   * wall time, and the bytes of the store's rows over it, as a fraction of the disk's sequential
-    read rate measured in the same run (``dd`` of the frames file, cold, 16 MiB blocks);
-    the frames file is the largest by blocks on disk, since jump_states.npy is as large but sparse;
+    read rate measured in the same run (``dd`` of the frames file, cold, 16 MiB blocks, before
+    every run of every command; the median of those); the frames file is the largest by
+    blocks on disk, since jump_states.npy is as large but sparse. ``--repeats N`` runs every
+    command N times, round-robin, and takes the median;
   * the command's anonymous memory: the maximum of ``RssAnon`` in ``/proc/PID/status``
     sampled every 20 ms (RSS also counts the store's page-cache pages it maps).
 
@@ -18,7 +20,7 @@ Goals (the issue): at least 0.5x the sequential read rate, RssAnon under 200 MB.
 export writes about twice what it reads (next states are part of the npz and HDF5
 outputs), so its rate is bounded by the disk's writes as well.
 
-    .venv/bin/python scripts/bench.py --cli-stream --slots 100000 --json stream.json
+    .venv/bin/python scripts/bench.py --cli-stream --slots 100000 --repeats 3 --json stream.json
 """
 from __future__ import annotations
 
@@ -117,38 +119,57 @@ def run_command(args: list[str]) -> tuple[float, int]:
     return seconds, peak
 
 
-def run(workdir: str, slots: int, backend: str = "memmap", commands=None, log=print) -> dict:
-    """Build the store in ``workdir``, time every command cold; returns the results."""
+def run(workdir: str, slots: int, backend: str = "memmap", commands=None, log=print, repeats: int = 1) -> dict:
+    """Build the store in ``workdir``, time every command cold ``repeats`` times (round-robin),
+    each run right after a ``dd`` of the frames file; returns the medians.
+
+    The virtual disk's rate swings by several times within seconds (the host caches it),
+    so the sequential rate is the median of all those ``dd`` runs (their range is kept),
+    and each command's ratio divides its median rate by it."""
     path = os.path.join(workdir, "W3-stream.replay")
     data_bytes = build(path, slots, backend, log)
     frames = max((f for f in store_files(path) if f.endswith((".npy", ".h5"))), key=allocated)
-    seq = sequential_read(frames)
-    log(f"sequential read (dd, cold): {seq / 1e6:.0f} MB/s")
-    results = {"slots": slots, "backend": backend, "store_bytes": data_bytes, "seq_read_mb_s": seq / 1e6,
+    names = list(commands or COMMANDS)
+    seqs, times, peaks = [], {name: [] for name in names}, {name: 0 for name in names}
+    for rep in range(repeats):
+        for name in names:
+            out = os.path.join(workdir, f"out-{name}")
+            args = [a.format(out=out) for a in COMMANDS[name]]
+            seqs.append(sequential_read(frames))
+            drop_cache(store_files(path))
+            seconds, peak_kb = run_command([args[0], path] + args[1:])
+            times[name].append(seconds)
+            peaks[name] = max(peaks[name], peak_kb)
+            log(f"{name} (run {rep + 1}): {seconds:.1f} s, {data_bytes / seconds / 1e6:.0f} MB/s; "
+                f"dd just before: {seqs[-1] / 1e6:.0f} MB/s; RssAnon {peak_kb / 1024:.0f} MB")
+            for leftover in (out + ext for ext in (".png", ".npz", ".h5")):
+                if os.path.exists(leftover):
+                    os.unlink(leftover)
+    seq = float(np.median(seqs))
+    results = {"slots": slots, "backend": backend, "store_bytes": data_bytes, "repeats": repeats,
+               "seq_read_mb_s": seq / 1e6, "seq_read_range_mb_s": [min(seqs) / 1e6, max(seqs) / 1e6],
                "commands": {}}
-    for name in commands or COMMANDS:
-        out = os.path.join(workdir, f"out-{name}")
-        args = [a.format(out=out) for a in COMMANDS[name]]
-        drop_cache(store_files(path))
-        seconds, peak_kb = run_command([args[0], path] + args[1:])
+    for name in names:
+        seconds = float(np.median(times[name]))
         rate = data_bytes / seconds
-        results["commands"][name] = {"seconds": seconds, "mb_s": rate / 1e6, "x_seq_read": rate / seq,
-                                     "rss_anon_mb": peak_kb / 1024,
-                                     "met": rate / seq >= RATE_GOAL and peak_kb / 1024 < RSS_GOAL_MB}
-        log(f"{name}: {seconds:.1f} s, {rate / 1e6:.0f} MB/s = {rate / seq:.2f}x, RssAnon {peak_kb / 1024:.0f} MB")
-        for leftover in (out + ext for ext in (".png", ".npz", ".h5")):
-            if os.path.exists(leftover):
-                os.unlink(leftover)
+        results["commands"][name] = {"seconds": seconds, "seconds_range": [min(times[name]), max(times[name])],
+                                     "mb_s": rate / 1e6, "x_seq_read": rate / seq,
+                                     "rss_anon_mb": peaks[name] / 1024,
+                                     "met": rate / seq >= RATE_GOAL and peaks[name] / 1024 < RSS_GOAL_MB}
     shutil.rmtree(path, ignore_errors=True)
     return results
 
 
 def table(results: dict) -> str:
-    lines = [f"W3-shaped store of {results['slots']} slots ({results['store_bytes'] / 1e9:.2f} GB, "
-             f"{results['backend']}), cold cache; sequential read {results['seq_read_mb_s']:.0f} MB/s",
-             "| command | seconds | MB/s | x seq. read | RssAnon MB | goal met |", "|---|---:|---:|---:|---:|---|"]
+    lo, hi = results["seq_read_range_mb_s"]
+    lines = [f"W3-shaped store of {results['slots']} slots ({results['store_bytes'] / 1e9:.2f} GB of rows, "
+             f"{results['backend']}), cold cache, {results['repeats']} run(s) each; sequential read (dd, cold, "
+             f"the median of one before every run) {results['seq_read_mb_s']:.0f} MB/s (range {lo:.0f}-{hi:.0f})",
+             "| command | seconds (median) | range | MB/s | x seq. read | RssAnon MB | goal met |",
+             "|---|---:|---:|---:|---:|---:|---|"]
     for name, r in results["commands"].items():
-        lines.append(f"| {name} | {r['seconds']:.1f} | {r['mb_s']:.0f} | {r['x_seq_read']:.2f} | "
+        a, b = r["seconds_range"]
+        lines.append(f"| {name} | {r['seconds']:.1f} | {a:.1f}-{b:.1f} | {r['mb_s']:.0f} | {r['x_seq_read']:.2f} | "
                      f"{r['rss_anon_mb']:.0f} | {'yes' if r['met'] else 'NO'} |")
     lines.append(f"goals: >= {RATE_GOAL}x the sequential read rate and RssAnon < {RSS_GOAL_MB} MB")
     return "\n".join(lines)
