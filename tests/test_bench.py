@@ -158,3 +158,17 @@ def test_cli_stream_benchmark_runs_every_command(tmp_path):
         assert 0 < r["rss_anon_mb"] < 1000, name
     assert "| stats |" in proc.stdout
     assert not os.listdir(tmp_path / "work")  # the store and the outputs are gone
+
+
+def test_cli_stream_benchmark_runs_another_install_beside(tmp_path):
+    """``--against EXE --commands``: the named commands only, each also run by EXE (here the
+    same install) in the same runs, reported beside."""
+    out = tmp_path / "stream.json"
+    exe = os.path.join(os.path.dirname(sys.executable), "diskreplay")
+    proc = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "bench.py"), "--cli-stream", "--quick",
+                           "--slots", "200", "--commands", "stats", "--against", exe, "--json", str(out),
+                           "--workdir", str(tmp_path / "work")], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(out.read_text())["cli_stream"]
+    assert list(data["commands"]) == ["stats"] and data["against"] == exe
+    assert data["commands"]["stats"]["against"]["seconds"] > 0 and "| stats (against) |" in proc.stdout
