@@ -5,7 +5,7 @@
  * a byte together) and np.bincount copies its input as intp first (2.75 ns a byte); here
  * each is one pass the compiler vectorizes, with the GIL released, so a reader thread can
  * copy the next block meanwhile. Results are exact integers, equal to numpy's by
- * construction (tests/test_scan.py checks both ways on the same data). Inputs come by the
+ * construction (tests/test_smallints.py checks both ways on the same data). Inputs come by the
  * buffer protocol (C-contiguous), read as raw elements of the kind named by a format
  * letter: 'B' uint8 (bools too), 'b' int8, 'H' uint16, 'h' int16.
  */
@@ -25,28 +25,28 @@ typedef struct {
 
 /* Each kernel sums a chunk in narrow lanes the compiler can vectorize, then folds it in. */
 #define MOMENTS_KERNEL(NAME, T, SUM_T, MUL_T, SQ_T)                                                \
-    static void NAME(const T *p, Py_ssize_t n, Moments *m) {                                  \
-        T lo = p[0], hi = p[0];                                                               \
-        for (Py_ssize_t start = 0; start < n; start += CHUNK) {                               \
-            Py_ssize_t len = n - start < CHUNK ? n - start : CHUNK;                           \
-            const T *q = p + start;                                                           \
-            SUM_T s = 0;                                                                      \
-            SQ_T sq = 0;                                                                      \
-            T clo = q[0], chi = q[0];                                                         \
-            for (Py_ssize_t i = 0; i < len; i++) {                                            \
-                T v = q[i];                                                                   \
-                s += v;                                                                       \
-                sq += (SQ_T)(MUL_T)((MUL_T)v * (MUL_T)v);                                    \
-                clo = v < clo ? v : clo;                                                      \
-                chi = v > chi ? v : chi;                                                      \
-            }                                                                                 \
-            m->sum += (int64_t)s;                                                             \
-            m->squares += (uint64_t)sq;                                                       \
-            lo = clo < lo ? clo : lo;                                                         \
-            hi = chi > hi ? chi : hi;                                                         \
-        }                                                                                     \
-        m->lo = lo;                                                                           \
-        m->hi = hi;                                                                           \
+    static void NAME(const T *p, Py_ssize_t n, Moments *m) {                                       \
+        T lo = p[0], hi = p[0];                                                                    \
+        for (Py_ssize_t start = 0; start < n; start += CHUNK) {                                    \
+            Py_ssize_t len = n - start < CHUNK ? n - start : CHUNK;                                \
+            const T *q = p + start;                                                                \
+            SUM_T s = 0;                                                                           \
+            SQ_T sq = 0;                                                                           \
+            T clo = q[0], chi = q[0];                                                              \
+            for (Py_ssize_t i = 0; i < len; i++) {                                                 \
+                T v = q[i];                                                                        \
+                s += v;                                                                            \
+                sq += (SQ_T)(MUL_T)((MUL_T)v * (MUL_T)v);                                          \
+                clo = v < clo ? v : clo;                                                           \
+                chi = v > chi ? v : chi;                                                           \
+            }                                                                                      \
+            m->sum += (int64_t)s;                                                                  \
+            m->squares += (uint64_t)sq;                                                            \
+            lo = clo < lo ? clo : lo;                                                              \
+            hi = chi > hi ? chi : hi;                                                              \
+        }                                                                                          \
+        m->lo = lo;                                                                                \
+        m->hi = hi;                                                                                \
     }
 
 /* MUL_T holds a square exactly (255^2 < 2^16, 128^2 <= 2^14, 65535^2 < 2^32, 32768^2 = 2^30). */
@@ -191,6 +191,6 @@ static PyMethodDef methods[] = {
 };
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_scan", "One-pass exact statistics of small integers.",
-                                    -1, methods};
+                                    -1, methods, NULL, NULL, NULL, NULL};
 
 PyMODINIT_FUNC PyInit__scan(void) { return PyModule_Create(&module); }
