@@ -1141,7 +1141,9 @@ def main_stream(args, argv):
     started, code = time.perf_counter(), git_state()
     slots = args.slots or (2_000 if args.quick else 100_000)
     try:
-        results = bench_stream.run(workdir, slots, args.backend, log=lambda m: print(m, file=sys.stderr))
+        results = bench_stream.run(workdir, slots, args.backend, log=lambda m: print(m, file=sys.stderr),
+                                   repeats=args.repeats or 1, against=args.against,
+                                   commands=args.commands.split(",") if args.commands else None)
         facts = machine_facts(workdir)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
@@ -1172,6 +1174,10 @@ def main(argv=None):
                         help="stats, plot and export of a cold W3-shaped store instead (scripts/bench_stream.py)")
     parser.add_argument("--slots", type=int, help="with --cli-stream: the store's slots (default 100000)")
     parser.add_argument("--backend", default="memmap", help="with --cli-stream: the store's backend")
+    parser.add_argument("--commands", help="with --cli-stream: only these (comma-separated), e.g. stats,plot")
+    parser.add_argument("--against", metavar="EXE",
+                        help="with --cli-stream: also run another install's diskreplay (e.g. main's), "
+                             "in the same runs")
     args = parser.parse_args(argv)
     if args.cli_stream:
         return main_stream(args, argv)

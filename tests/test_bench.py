@@ -144,14 +144,31 @@ def test_cli_stream_benchmark_runs_every_command(tmp_path):
     """``--cli-stream`` at a tiny size: every command ran cold and was measured (never timed here)."""
     out = tmp_path / "stream.json"
     proc = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "bench.py"), "--cli-stream", "--quick",
-                           "--slots", "400", "--json", str(out), "--workdir", str(tmp_path / "work")],
+                           "--slots", "400", "--repeats", "2", "--json", str(out), "--workdir", str(tmp_path / "work")],
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr
     data = json.loads(out.read_text())["cli_stream"]
-    assert data["slots"] == 400 and data["store_bytes"] >= 400 * 4 * 84 * 84 and data["seq_read_mb_s"] > 0
+    assert data["slots"] == 400 and data["store_bytes"] == 400 * (4 * 84 * 84 + 8 + 4 + 1)  # the rows, no side file
+    lo, hi = data["seq_read_range_mb_s"]
+    assert data["repeats"] == 2 and 0 < lo <= data["seq_read_mb_s"] <= hi
     assert set(data["commands"]) == {"stats", "plot", "export-npz", "export-h5", "export-d4rl"}
     for name, r in data["commands"].items():
-        assert r["seconds"] > 0 and r["mb_s"] > 0 and r["x_seq_read"] > 0, name
+        lo, hi = r["seconds_range"]
+        assert 0 < lo <= r["seconds"] <= hi and r["mb_s"] > 0 and r["x_seq_read"] > 0, name
         assert 0 < r["rss_anon_mb"] < 1000, name
     assert "| stats |" in proc.stdout
     assert not os.listdir(tmp_path / "work")  # the store and the outputs are gone
+
+
+def test_cli_stream_benchmark_runs_another_install_beside(tmp_path):
+    """``--against EXE --commands``: the named commands only, each also run by EXE (here the
+    same install) in the same runs, reported beside."""
+    out = tmp_path / "stream.json"
+    exe = os.path.join(os.path.dirname(sys.executable), "diskreplay")
+    proc = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "bench.py"), "--cli-stream", "--quick",
+                           "--slots", "200", "--commands", "stats", "--against", exe, "--json", str(out),
+                           "--workdir", str(tmp_path / "work")], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(out.read_text())["cli_stream"]
+    assert list(data["commands"]) == ["stats"] and data["against"] == exe
+    assert data["commands"]["stats"]["against"]["seconds"] > 0 and "| stats (against) |" in proc.stdout
