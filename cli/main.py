@@ -85,7 +85,8 @@ def main() -> None:
 def info(path: str, as_json: bool) -> None:
     """Show what the store at PATH holds: backend, sizes, counters and fields
     (and alpha and epsilon of a prioritized store, frame_stack of a store of frame stacks,
-    whose states field shows whole stacks).
+    whose states field shows whole stacks), and how batches not in RAM are read
+    (cold_reads: which small fields the cold path keeps in RAM).
 
     Example: diskreplay info runs/pong.replay
     """

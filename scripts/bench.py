@@ -52,9 +52,15 @@ median over repeats and the spread (min-max). Warm-up, the same for every system
     (a fixed number too, or 3 s, whichever ends first: h5py is a thousand times slower).
 W4, before every timed batch: madvise(MADV_DONTNEED) on all of the process's mappings of
 the store, os.sync() once after building, then posix_fadvise(POSIX_FADV_DONTNEED) on
-every file of the store; mincore (libc via ctypes, on a fresh mapping) then checks that
-no page of any store file is resident, except meta.bin (the store's one-page counter
-record, written by every sample()). Bytes read per batch are /proc/self/io read_bytes.
+every file of the store; mincore (libc via ctypes, on a fresh mapping) then counts the
+pages of the store's files still resident: none, except meta.bin (the store's one-page
+counter record, written by every sample(); not counted) and, for diskreplay, the small
+fields that its cold path keeps in RAM (mapped and locked: the drop cannot evict them;
+``pinned_pages`` gives their count). Bytes read per batch are /proc/self/io read_bytes.
+Where fio is installed, W4 also measures the disk's limit for its reads, once a round, on
+the W3 memmap store's frames (scripts/bench_fio.py: random row reads at depth 32 through
+io_uring, buffered and direct), and gives W4 as a fraction of it (x_fio_buffered,
+x_fio_direct).
 W4 also runs a training loop with a simulated compute step (time.sleep) with and without
 diskreplay.prefetch.Prefetcher (the drop of the page cache is part of each sample call).
 RssAnon (from /proc/self/status) is sampled at the end of every phase; the maximum is
