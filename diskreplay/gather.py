@@ -18,13 +18,11 @@ reads a page at a time, about 35 MB/s on the benchmark disk.
 """
 from __future__ import annotations
 
-import resource
-
 import numpy as np
 
 from . import ring
 from .backends import RowStorage
-from .mapped import PinnedRange
+from .mapped import PinnedRange, lock_refused
 from .rowreader import RowReader, page_cached, read_span, will_need
 from .schema import CORE_FIELDS, FieldSpec
 
@@ -53,13 +51,11 @@ def cold_reads(row_bytes: dict, max_size: int, frame_stack: bool = False) -> str
         return "through the mapping (small rows)"
     names, total = resident_fields(row_bytes, max_size)
     if not names:
-        return (f"hinted positioned reads of every field (small fields, {total / 2 ** 20:.1f} MiB, "
+        return (f"hinted reads of every field (small fields {total / 2 ** 20:.1f} MiB, "
                 f"over the {RESIDENT_BYTES >> 20} MiB kept in RAM)")
-    limit = resource.getrlimit(resource.RLIMIT_MEMLOCK)[0]
-    locked = "locked" if limit == resource.RLIM_INFINITY or limit >= total + (1 << 20) else \
-        f"not locked: RLIMIT_MEMLOCK {limit >> 10} KiB"
-    return (f"frames by hinted positioned reads; {', '.join(names)} in RAM "
-            f"({total / 2 ** 20:.1f} MiB, {locked})")
+    why = lock_refused(total)
+    return (f"frames by hinted reads; {', '.join(names)} in RAM "
+            f"({total / 2 ** 20:.1f} MiB, {'not locked: ' + why if why else 'locked'})")
 
 
 def slot_runs(slots: np.ndarray) -> list[tuple[int, int, int]] | None:

@@ -12,6 +12,7 @@ import ctypes.util
 import errno
 import mmap
 import os
+import resource
 
 import numpy as np
 
@@ -151,7 +152,7 @@ class PinnedRange:
         os.posix_fadvise(fd, start, size, os.POSIX_FADV_WILLNEED)  # big reads, not a fault a page
         self.mm = mmap.mmap(fd, size, mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0), mmap.PROT_READ,
                             offset=start)
-        self.nbytes = size
+        self.nbytes, self.span = size, (start, start + size)  # the file's bytes mapped
         self.locked = _mlock(np.frombuffer(self.mm, np.uint8).ctypes.data, size)
 
     def array(self, offset: int, shape: tuple, dtype) -> np.ndarray:
@@ -167,6 +168,23 @@ class PinnedRange:
             except BufferError:
                 pass  # a view is still alive; the mapping goes with it
             self.mm = None
+
+
+CAP_IPC_LOCK = 14  # the capability that lifts RLIMIT_MEMLOCK
+
+
+def lock_refused(nbytes: int) -> str | None:
+    """Why ``mlock`` of ``nbytes`` more would fail in this process (None: it would not, as
+    far as the limits tell; memory the process has locked already is not counted)."""
+    try:
+        with open("/proc/self/status") as f:
+            caps = next((int(line.split()[1], 16) for line in f if line.startswith("CapEff:")), 0)
+    except (OSError, ValueError):
+        caps = 0
+    limit = resource.getrlimit(resource.RLIMIT_MEMLOCK)[0]
+    if caps >> CAP_IPC_LOCK & 1 or limit == resource.RLIM_INFINITY or limit >= nbytes:
+        return None
+    return f"RLIMIT_MEMLOCK {limit >> 10} KiB"
 
 
 def _mlock(address: int, length: int) -> str | None:

@@ -54,9 +54,10 @@ W4, before every timed batch: madvise(MADV_DONTNEED) on all of the process's map
 the store, os.sync() once after building, then posix_fadvise(POSIX_FADV_DONTNEED) on
 every file of the store; mincore (libc via ctypes, on a fresh mapping) then counts the
 pages of the store's files still resident: none, except meta.bin (the store's one-page
-counter record, written by every sample(); not counted) and, for diskreplay, the small
-fields that its cold path keeps in RAM (mapped and locked: the drop cannot evict them;
-``pinned_pages`` gives their count). Bytes read per batch are /proc/self/io read_bytes.
+counter record, written by every sample(); not counted) and, for diskreplay, the byte
+ranges of the small fields that its cold path keeps in RAM (mapped and locked: the drop
+cannot evict them; not counted, ``pinned_pages`` gives their size in pages). Bytes read per
+batch are /proc/self/io read_bytes.
 Where fio is installed, W4 also measures the disk's limit for its reads, once a round, on
 the W3 memmap store's frames (scripts/bench_fio.py: random row reads at depth 32 through
 io_uring, buffered and direct), and gives W4 as a fraction of it (x_fio_buffered,
@@ -183,8 +184,9 @@ _libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
 _MAP_FAILED = ctypes.c_void_p(-1).value
 
 
-def resident_pages(path: str) -> int:
-    """Pages of ``path`` in the page cache: mincore on a fresh read-only shared mapping."""
+def resident_pages(path: str, skip=()) -> int:
+    """Pages of ``path`` in the page cache: mincore on a fresh read-only shared mapping;
+    pages of the byte ranges ``skip`` (``(start, end)``) not counted."""
     size = os.path.getsize(path)
     if size == 0:
         return 0
@@ -197,6 +199,8 @@ def resident_pages(path: str) -> int:
             vec = np.zeros((size + mmap.PAGESIZE - 1) // mmap.PAGESIZE, np.uint8)
             if _libc.mincore(addr, size, vec.ctypes.data) != 0:
                 raise OSError(ctypes.get_errno(), f"mincore of {path} failed")
+            for start, end in skip:
+                vec[start // mmap.PAGESIZE:-(-end // mmap.PAGESIZE)] = 0
             return int(np.count_nonzero(vec & 1))
         finally:
             _libc.munmap(addr, size)
@@ -317,6 +321,16 @@ class DiskReplaySystem(System):
 
     def mappings(self):
         return [m for f in self.buf._session.mapped_files for m in f.maps]
+
+    def pinned_ranges(self):
+        """``{real path: [(start, end), ...]}``: the byte ranges of the small fields the cold
+        path keeps in RAM on purpose (``gather.py``, from its first cold batch), which W4's
+        check of resident pages does not count."""
+        gatherer, found = self.buf._session.gatherer, {}
+        for name, pin in zip(gatherer.resident or (), gatherer.pins):
+            fd = self.buf._session.storage.locations[name][0]
+            found.setdefault(os.path.realpath(f"/proc/self/fd/{fd}"), []).append(pin.span)
+        return found
 
 
 class NumpySystem(System):
@@ -803,7 +817,8 @@ def run_cold_worker(system_name, spec, workdir, source="W3"):
         t = time.perf_counter()
         drop_cache(files, mappings)
         drops.append(time.perf_counter() - t)
-        resident.append(sum(resident_pages(p) for p in checked))
+        pinned = system.pinned_ranges() if isinstance(system, DiskReplaySystem) else {}
+        resident.append(sum(resident_pages(p, pinned.get(os.path.realpath(p), ())) for p in checked))
         before = read_bytes()
         t = time.perf_counter()
         sample(32)
@@ -815,7 +830,7 @@ def run_cold_worker(system_name, spec, workdir, source="W3"):
     result["sample32_per_s"] = 1 / med
     result["cold_bytes_per_batch"] = statistics.median(nbytes)
     result["resident_pages_before_batch"] = max(resident)
-    if isinstance(system, DiskReplaySystem):  # the small fields the cold path keeps in RAM (gather.py)
+    if isinstance(system, DiskReplaySystem):
         result["pinned_pages"] = sum(-(-pin.nbytes // mmap.PAGESIZE) for pin in system.buf._session.gatherer.pins)
     result["drop_ms"] = 1000 * statistics.median(drops)
     if system_name.startswith("diskreplay"):

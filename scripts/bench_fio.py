@@ -24,7 +24,7 @@ IOS = 20_000  # reads a run at most: a fifth of W3's 100,000 rows (fio's random 
 
 
 def unavailable() -> str | None:
-    return None if shutil.which("fio") else "fio is not installed"
+    return None if shutil.which("fio") else "not installed (fio: the disk's limit for W4's reads)"
 
 
 def measure(states_path: str) -> dict:

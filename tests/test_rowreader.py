@@ -201,6 +201,26 @@ def test_cold_batches_read_small_fields_when_they_cannot_stay(tmp_path, monkeypa
         buf.close()
 
 
+def test_cold_reads_names_what_stays_in_ram(monkeypatch):
+    import diskreplay.mapped as mapped_module
+
+    atari = {"states": 28_224, "actions": 8, "rewards": 4, "dones": 1, "infos": 8_192}
+    assert gather_module.cold_reads({"states": 16, "actions": 8}, 10 ** 6) == "through the mapping (small rows)"
+    assert gather_module.cold_reads({"states": 7_056, "actions": 8}, 10, frame_stack=True).startswith("frames by")
+    assert gather_module.resident_fields(atari, 100_000) == (["actions", "rewards", "dones"], 1_300_000)
+    monkeypatch.setattr(gather_module, "lock_refused", lambda nbytes: None)
+    assert gather_module.cold_reads(atari, 100_000) == \
+        "frames by hinted reads; actions, rewards, dones in RAM (1.2 MiB, locked)"
+    assert gather_module.cold_reads(atari, 10 ** 7) == \
+        "hinted reads of every field (small fields 124.0 MiB, over the 64 MiB kept in RAM)"
+    monkeypatch.setattr(gather_module, "lock_refused", mapped_module.lock_refused)
+    monkeypatch.setattr(mapped_module, "CAP_IPC_LOCK", 63)  # as a process without the capability
+    limit = mapped_module.resource.getrlimit(mapped_module.resource.RLIMIT_MEMLOCK)[0]
+    if limit != mapped_module.resource.RLIM_INFINITY:
+        assert mapped_module.lock_refused(limit + 1) == f"RLIMIT_MEMLOCK {limit >> 10} KiB"
+    assert mapped_module.lock_refused(0) is None
+
+
 def test_pinned_range_says_why_it_is_not_locked(tmp_path, monkeypatch):
     import diskreplay.mapped as mapped_module
 
