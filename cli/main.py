@@ -85,7 +85,8 @@ def main() -> None:
 def info(path: str, as_json: bool) -> None:
     """Show what the store at PATH holds: backend, sizes, counters and fields
     (and alpha and epsilon of a prioritized store, frame_stack of a store of frame stacks,
-    whose states field shows whole stacks).
+    whose states field shows whole stacks), and how batches not in RAM are read
+    (cold_reads: which small fields the cold path keeps in RAM).
 
     Example: diskreplay info runs/pong.replay
     """
@@ -96,7 +97,8 @@ def info(path: str, as_json: bool) -> None:
         return
     keys = ("path", "backend", "format_version", "max_size", "size", "seen_size", "head", "num_envs",
             "batch_size", "use_cer") + (("prioritized", "alpha", "epsilon", "priority_tree") if data["prioritized"] else ()) + (
-            ("frame_stack",) if "frame_stack" in data else ()) + ("disk_bytes",)
+            ("frame_stack",) if "frame_stack" in data else ()) + ("disk_bytes",) + (
+            ("cold_reads",) if "cold_reads" in data else ())
     echo_lines(kv_lines([(k, data[k]) for k in keys] + [("writer", "live" if data["writer_alive"] else "none"),
                                                         ("last_flush", data["last_flush"] or "never")]))
     click.echo("fields:")

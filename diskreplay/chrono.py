@@ -13,6 +13,7 @@ Below the facade: it reads through any object with the store's public reading AP
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Callable, Iterator, NamedTuple
 
@@ -20,6 +21,7 @@ import numpy as np
 
 from . import ring
 from .errors import EmptyStoreError, InvalidArgumentError, OvertakenError
+from .prefetch import Prefetcher
 from .schema import FieldSpec
 
 BLOCK_BYTES = 16 << 20
@@ -104,11 +106,15 @@ class ChronoReader:
     raises :class:`OvertakenError` instead. ``progress(done, total)`` is called after
     each block with positions read (or skipped) so far. ``fields`` (names, ``"next_states"``
     among them if wanted) reads only those keys: a scan reads no next states it does not use.
+    With ``ahead=True`` the next block is read on a background thread while the caller
+    works on this one (reads release the GIL, and so do the C kernels of a scan's
+    statistics): the same blocks, ``progress`` calls and errors, in the caller's thread.
     """
 
     def __init__(self, buf, start: int | None = None, stop: int | None = None, *,
                  snap: Snapshot | None = None, rows: int | None = None, restarts: int = 20,
-                 progress: Callable[[int, int], None] | None = None, strict: bool = False, fields=None):
+                 progress: Callable[[int, int], None] | None = None, strict: bool = False, fields=None,
+                 ahead: bool = False):
         self.buf = buf
         self.snap = snapshot(buf) if snap is None else snap
         self.start, self.stop = self.snap.bounds(start, stop)
@@ -117,9 +123,26 @@ class ChronoReader:
         self.restarts = restarts
         self.progress = progress
         self.strict = strict
+        self.ahead = ahead
         self.skipped = 0
 
     def __iter__(self) -> Iterator[Block]:
+        steps = self._steps()
+        if self.ahead:
+            steps = Prefetcher(functools.partial(next, steps), prefetch=1)  # its StopIteration ends ours
+        try:
+            for block, done in steps:
+                if block is not None:
+                    yield block
+                if self.progress is not None:
+                    self.progress(done, self.stop - self.start)
+        finally:
+            if self.ahead:
+                steps.close()
+
+    def _steps(self) -> Iterator[tuple[Block | None, int]]:
+        """``(block, positions done)`` for each block read, ``(None, positions done)`` after
+        dropping rows the writer overwrote."""
         buf = self.buf
         pos = self.start
         emitted = False
@@ -145,14 +168,11 @@ class ChronoReader:
                 n_stale = int((~fresh).sum())
                 self.skipped += n_stale
                 pos += n_stale
-                if self.progress is not None:
-                    self.progress(pos - self.start, self.stop - self.start)
+                yield None, pos - self.start
                 continue
             emitted = True
-            yield Block(positions, slots, transitions, batch)
             pos = end
-            if self.progress is not None:
-                self.progress(pos - self.start, self.stop - self.start)
+            yield Block(positions, slots, transitions, batch), pos - self.start
 
 
 def block_rows(buf, factor: int = 1, keys=None) -> int:

@@ -6,6 +6,9 @@ Two ways to copy rows, chosen per batch by a predicate (``rows_cached``):
   the rows are in the page cache;
 * for large rows (frames) not in RAM, by positioned reads of whole rows behind read-ahead
   hints for the whole batch (``RowReader.gather_many``), so the disk serves many at a time.
+  The small fields (actions, rewards, dones: bytes a row, but a page read each when cold)
+  are kept in RAM from the first cold batch on (``PinnedRange``, up to ``RESIDENT_BYTES``),
+  so a cold batch costs the disk only its frames.
 
 Slots that come in long runs of neighbours (the blocks of a chronological scan: stats,
 plot, export, watch) are read a run at a time, one ``preadv`` per run and field, with the
@@ -19,6 +22,7 @@ import numpy as np
 
 from . import ring
 from .backends import RowStorage
+from .mapped import PinnedRange, lock_refused
 from .rowreader import RowReader, page_cached, read_span, will_need
 from .schema import CORE_FIELDS, FieldSpec
 
@@ -28,6 +32,30 @@ PROBE_ROWS = 2  # rows of a large-row batch checked for residency before choosin
 WARM_STREAK = 256  # probes in a row that found their row in RAM before the mapping is trusted again
 BATCH_ORDER = ("states", "actions", "rewards", "next_states", "dones")
 RUN_ROWS = 64  # slots per run, on average, from which a gather reads run by run
+RESIDENT_BYTES = 64 << 20  # small fields kept in RAM for cold batches while they total at most this
+SMALL_ROW_BYTES = 4 << 10  # a field of rows under a page is small: a cold row would cost a page read
+
+
+def resident_fields(row_bytes: dict, max_size: int) -> tuple[list, int]:
+    """The fields a cold gather keeps in RAM (all but ``states`` with rows under a page) and
+    their bytes; no fields when those bytes exceed ``RESIDENT_BYTES``."""
+    names = [name for name, nbytes in row_bytes.items() if name != "states" and nbytes < SMALL_ROW_BYTES]
+    total = sum(row_bytes[name] * max_size for name in names)
+    return (names if total <= RESIDENT_BYTES else []), total
+
+
+def cold_reads(row_bytes: dict, max_size: int, frame_stack: bool = False) -> str:
+    """How batches not in RAM are read, for ``info``: ``row_bytes`` per field (a frame's
+    for ``states`` of a frame-stack store)."""
+    if row_bytes.get("states", 0) < (FRAME_ROW_BYTES if frame_stack else LARGE_ROW_BYTES):
+        return "through the mapping (small rows)"
+    names, total = resident_fields(row_bytes, max_size)
+    if not names:
+        return (f"hinted reads of every field (small fields {total / 2 ** 20:.1f} MiB, "
+                f"over the {RESIDENT_BYTES >> 20} MiB kept in RAM)")
+    why = lock_refused(total)
+    return (f"frames by hinted reads; {', '.join(names)} in RAM "
+            f"({total / 2 ** 20:.1f} MiB, {'not locked: ' + why if why else 'locked'})")
 
 
 def slot_runs(slots: np.ndarray) -> list[tuple[int, int, int]] | None:
@@ -56,6 +84,8 @@ class Gatherer:
         self.extra_names = tuple(name for name in fields if name not in CORE_FIELDS)
         self.large_rows = fields["states"].row_bytes >= LARGE_ROW_BYTES
         self.row_reader: RowReader | None = None
+        self.resident: dict | None = None  # small fields' rows in RAM, from the first cold batch on
+        self.pins: list[PinnedRange] = []
         self.probe_streak = WARM_STREAK  # a fresh store is taken as in RAM until a probe says otherwise
 
     def gather(self, idxs: np.ndarray, head: int, ns_rows: np.ndarray) -> dict:
@@ -86,8 +116,8 @@ class Gatherer:
         elif want_ns and self.large_rows and not self.rows_cached(ns_slots[:PROBE_ROWS]):
             if self.row_reader is None:
                 self.row_reader = RowReader()
-            locations, requests, batch = self.storage.locations, [], {}
-            for name, slots in [(name, idxs) for name in fields] + [("next_states", ns_slots)]:
+            locations, requests, batch = self.storage.locations, [], self._take_resident(fields, idxs)
+            for name, slots in [(name, idxs) for name in fields if name not in batch] + [("next_states", ns_slots)]:
                 spec = self.fields["states" if name == "next_states" else name]
                 batch[name] = np.empty((len(idxs),) + spec.shape, spec.dtype)
                 requests.append(locations["states" if name == "next_states" else name] + (slots, batch[name]))
@@ -117,8 +147,10 @@ class Gatherer:
                 return rows, self.storage.gather_arrays["states"].take(frame_slots, axis=0)
             names = ()
         else:
-            rows = {name: np.empty((len(idxs),) + self.fields[name].shape, self.fields[name].dtype)
-                    for name in names}
+            rows = self._take_resident(names, idxs)
+            names = [name for name in names if name not in rows]
+            rows.update({name: np.empty((len(idxs),) + self.fields[name].shape, self.fields[name].dtype)
+                         for name in names})
         if self.row_reader is None:
             self.row_reader = RowReader()
         distinct, where = np.unique(frame_slots, return_inverse=True)
@@ -197,9 +229,9 @@ class Gatherer:
         spec = self.fields["states"]
         rows = np.empty((2 * len(idxs),) + spec.shape, spec.dtype)
         requests = [locations["states"] + (np.concatenate([idxs, ns_slots]), rows)]
-        small = {}
+        small = self._take_resident(self.fields, idxs)
         for name, field in self.fields.items():
-            if name != "states":  # small fields by positioned reads too, all in flight together
+            if name != "states" and name not in small:  # by positioned reads too, all in flight together
                 small[name] = np.empty((len(idxs),) + field.shape, field.dtype)
                 requests.append(locations[name] + (idxs, small[name]))
         self.row_reader.gather_many(requests)
@@ -209,7 +241,41 @@ class Gatherer:
             batch[name] = small[name]
         return batch
 
+    def _take_resident(self, names, idxs) -> dict:
+        """The rows at ``idxs`` of those ``names`` kept in RAM (a cold path's first call
+        reads them in); the other names are left for positioned reads."""
+        if self.resident is None:
+            self.resident = {}
+            row_bytes = {name: spec.row_bytes for name, spec in self.fields.items()}
+            try:
+                for name in resident_fields(row_bytes, self.max_size)[0]:
+                    fd, offset, nbytes = self.storage.locations[name]
+                    self.pins.append(PinnedRange(fd, offset, self.max_size * nbytes))
+                    spec = self.fields[name]
+                    self.resident[name] = self.pins[-1].array(0, (self.max_size,) + spec.shape, spec.dtype)
+            except OSError:  # no room to map or read them in: every field by positioned reads
+                self._unpin()
+        return {name: self.resident[name].take(idxs, axis=0) for name in names if name in self.resident}
+
+    @property
+    def pinned(self) -> str:
+        """What the cold path keeps in RAM, as found at its first batch (tests, bench)."""
+        if self.resident is None:
+            return "nothing yet (no cold batch)"
+        if not self.pins:
+            return "nothing"
+        why = next((pin.locked for pin in self.pins if pin.locked), None)
+        return f"{', '.join(self.resident)}: {sum(p.nbytes for p in self.pins)} bytes, " + (
+            f"not locked ({why})" if why else "locked")
+
+    def _unpin(self) -> None:
+        self.resident = {}
+        for pin in self.pins:
+            pin.close()
+        self.pins = []
+
     def close(self) -> None:
         if self.row_reader is not None:
             self.row_reader.close()
             self.row_reader = None
+        self._unpin()

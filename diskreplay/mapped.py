@@ -2,12 +2,17 @@
 ``MADV_RANDOM`` mapping and a ``POSIX_FADV_RANDOM`` descriptor for random gathers.
 
 Below the backends and the durability modules alike: every file of a store that is
-memory-mapped (data, ``meta.bin``, ``ns_buffer.npy``, ``rowsums.npy``) goes through here.
+memory-mapped (data, ``meta.bin``, ``ns_buffer.npy``, ``rowsums.npy``) goes through here,
+and so do the byte ranges a cold gather keeps in RAM (``PinnedRange``).
 """
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
+import errno
 import mmap
 import os
+import resource
 
 import numpy as np
 
@@ -128,3 +133,69 @@ class MappedFile:
                 pass
             self.rmm = None
         self.read_fd = close_fd(self.read_fd)
+
+
+class PinnedRange:
+    """Bytes ``[offset, offset + length)`` of an open file kept in RAM: read in with one
+    read-ahead hint, mapped shared and read-only, and locked (``mlock``) where the limits
+    allow, so neither reclaim nor a dropped page cache (``POSIX_FADV_DONTNEED`` leaves
+    mapped pages) makes a later read wait for the disk. The page cache stays the one copy:
+    rows a live writer adds show at once. Not in any ``MappedFile.maps``: ``MADV_DONTNEED``
+    fails on locked pages, and these are kept in RAM on purpose.
+
+    ``locked`` is None when locked, else why not (the pages then stay mapped, unlocked).
+    """
+
+    def __init__(self, fd: int, offset: int, length: int):
+        start = offset - offset % mmap.ALLOCATIONGRANULARITY
+        self.base, size = offset - start, offset - start + length
+        os.posix_fadvise(fd, start, size, os.POSIX_FADV_WILLNEED)  # big reads, not a fault a page
+        self.mm = mmap.mmap(fd, size, mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0), mmap.PROT_READ,
+                            offset=start)
+        self.nbytes, self.span = size, (start, start + size)  # the file's bytes mapped
+        self.locked = _mlock(np.frombuffer(self.mm, np.uint8).ctypes.data, size)
+
+    def array(self, offset: int, shape: tuple, dtype) -> np.ndarray:
+        """A read-only ndarray view of the range from ``offset`` bytes into it."""
+        arr = np.ndarray(shape, dtype, buffer=self.mm, offset=self.base + offset)
+        arr.flags.writeable = False
+        return arr
+
+    def close(self) -> None:
+        if self.mm is not None:
+            try:
+                self.mm.close()  # munmap also unlocks
+            except BufferError:
+                pass  # a view is still alive; the mapping goes with it
+            self.mm = None
+
+
+CAP_IPC_LOCK = 14  # the capability that lifts RLIMIT_MEMLOCK
+
+
+def lock_refused(nbytes: int) -> str | None:
+    """Why ``mlock`` of ``nbytes`` more would fail in this process (None: it would not, as
+    far as the limits tell; memory the process has locked already is not counted)."""
+    try:
+        with open("/proc/self/status") as f:
+            caps = next((int(line.split()[1], 16) for line in f if line.startswith("CapEff:")), 0)
+    except (OSError, ValueError):
+        caps = 0
+    limit = resource.getrlimit(resource.RLIMIT_MEMLOCK)[0]
+    if caps >> CAP_IPC_LOCK & 1 or limit == resource.RLIM_INFINITY or limit >= nbytes:
+        return None
+    return f"RLIMIT_MEMLOCK {limit >> 10} KiB"
+
+
+def _mlock(address: int, length: int) -> str | None:
+    """``mlock`` through libc: None when the pages are locked, else why not."""
+    try:
+        fn = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True).mlock
+    except (OSError, AttributeError):
+        return "no mlock here"
+    fn.argtypes, fn.restype = (ctypes.c_void_p, ctypes.c_size_t), ctypes.c_int
+    if fn(address, length) == 0:
+        return None
+    code = ctypes.get_errno()
+    hint = " (RLIMIT_MEMLOCK)" if code in (errno.ENOMEM, errno.EPERM) else ""
+    return f"mlock failed: {os.strerror(code)}{hint}"

@@ -179,6 +179,18 @@ class Priorities:
         self._load(self.live)
         self.catch_up(seen, base)
 
+    def undo_reset(self, generation: int) -> None:
+        """A reset cut short after its flush began emptying the priorities: back to the
+        snapshot of ``generation``, the flush the reset made first (nothing has changed the
+        priorities since), so that they match the rows again."""
+        snap = self.snapshot_header(generation)
+        self.dirty[:] = 3
+        self.live[:] = self.bodies[generation % 2]
+        w = self.words
+        w[W_ASSIGNED], w[W_BASE] = snap["assigned"], snap["base"]
+        self._set_max_p(snap["max_p"])
+        self._load(self.live)
+
     def snapshot_header(self, generation: int) -> dict:
         snap = _read_header(self.file, self.layout, generation % 2)
         if snap is None or snap["generation"] != generation:

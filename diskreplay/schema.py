@@ -23,7 +23,7 @@ RESERVED_NAMES = {
     "discounts": "the discounts of n-step batches",
     "slots": "the slot of every row in exports and episodes",
     "slot": "the slot column of the CLI's show and sample output",
-    "idxs": "the sampled slots in the CLI's sample --json output",
+    "idxs": "the slots of prioritized batches from batches() and of the CLI's sample --json output",
     "env": "the env of every episode and of the CLI's show output",
     "transition": "the transition number in the CLI's show output",
     "complete": "the completeness flag of every episode",

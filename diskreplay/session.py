@@ -222,23 +222,28 @@ class Session:
         return batch
 
     def get_fields(self, idxs, names: tuple) -> dict:
-        """Only the keys ``names`` (fields, ``next_states`` and ``jumps`` if wanted) of the
-        rows at ``idxs``, from one snapshot: chronological scans read no next states they do
-        not use, and learn where unmarked autoresets cut episodes from the jump ring."""
+        """Only the keys ``names`` (fields, ``next_states``, ``jumps`` and ``priorities`` if
+        wanted), in that order, of the rows at ``idxs``, from one snapshot: chronological scans
+        read no next states they do not use, and learn where unmarked autoresets cut episodes
+        from the jump ring."""
         with self.mutex:
             self._enter_read()
             self.refresh()
             idxs = self._checked_idxs(idxs)
             if self.fields is None:
                 return {}
-            rows = tuple(name for name in names if name != "jumps")
+            rows = tuple(name for name in names if name not in ("jumps", "priorities"))
 
             def read(gather, head):
                 out = gather(idxs, rows) if rows else {}
-                if len(rows) < len(names):
+                if "jumps" in names:
                     out["jumps"] = self._jumps(idxs, head)
                 return out, idxs
-            return self._read(read)
+            out = self._read(read)
+            if "priorities" in names:
+                self._current_priorities()
+                out["priorities"] = self.prio.of(idxs)
+            return {name: out[name] for name in names}
 
     def _gather_nstep(self, idxs: np.ndarray, n_step: int, gamma: float) -> dict:
         """n-step rows for ``idxs`` (``nstep.py``), every row and successor read from one snapshot."""

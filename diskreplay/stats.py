@@ -17,6 +17,7 @@ from typing import Callable
 
 import numpy as np
 
+from . import smallints
 from .store import DiskReplay
 from .chrono import require_fields
 from .episodes import TRUNCATION_FIELD, episode_ends
@@ -25,8 +26,7 @@ from .views import ChronoReader, block_rows, snapshot
 BINS = 50
 
 
-SMALL_INT_BYTES = 2  # integer and bool data of at most this many bytes an element: exact sums
-TALLY_CHUNK = 1 << 20  # elements counted per bincount call (its intp copy: 8 MiB)
+SMALL_INT_BYTES = smallints.MAX_BYTES  # integer and bool data of at most this many bytes an element: exact sums
 
 
 class RunningStats:
@@ -88,15 +88,9 @@ class RunningStats:
         if self.want_tally:
             if self.tally is None:
                 self.tally, self.tally_dtype = np.zeros(1 << (8 * x.dtype.itemsize), np.int64), x.dtype
-            raw = flat.view(np.uint8 if x.dtype.itemsize == 1 else np.uint16)
-            for lo in range(0, raw.size, TALLY_CHUNK):  # bincount copies its input as intp: 8x
-                self.tally += np.bincount(raw[lo:lo + TALLY_CHUNK], minlength=len(self.tally))
+            smallints.tally(flat, self.tally)
             return
-        if flat.dtype.kind == "b":
-            flat = flat.view(np.uint8)
-        lo, hi = int(flat.min()), int(flat.max())
-        total = int(flat.sum(dtype=np.int64))
-        squares = int(np.einsum("i,i->", flat, flat, dtype=np.int64, casting="unsafe"))
+        lo, hi, total, squares = smallints.moments(flat)
         ints = self.ints
         ints[0] += flat.size
         ints[1] += total
@@ -232,7 +226,7 @@ def compute_stats(buf: DiskReplay, progress: Callable[[int, int], None] | None =
     fields = buf.fields or {}
     # A store whose fields the first add has not declared yet is as empty as a declared one.
     reader = ChronoReader(buf, start, stop, rows=block_rows(buf, 2, keys=list(fields)) if fields else 1,
-                          progress=progress, fields=list(fields) + ["jumps"] if fields else None)
+                          progress=progress, fields=list(fields) + ["jumps"] if fields else None, ahead=True)
     stats = {name: RunningStats(tally=keep_tallies) for name in fields}
     episodes = Episodes(buf.num_envs, starts_complete=False)
     done_count = 0
@@ -353,7 +347,8 @@ def histograms(buf: DiskReplay, ranges: dict, bins: int = BINS, *, start: int | 
     if not to_read:
         return hists
     with np.errstate(all="ignore"):
-        for block in ChronoReader(buf, start, stop, rows=block_rows(buf, 4, keys=to_read), fields=to_read):
+        for block in ChronoReader(buf, start, stop, rows=block_rows(buf, 4, keys=to_read), fields=to_read,
+                                  ahead=True):
             for name in to_read:
                 counts, edges = hists[name]
                 x = np.asarray(block.batch[name], np.float64).reshape(-1)

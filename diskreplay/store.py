@@ -260,10 +260,7 @@ class DiskReplay:
         in [0, 1]; passing it to a uniform store raises ``NotPrioritizedError``."""
         self._check_open()
         if beta is not DEFAULT_BETA:
-            if not self.prioritized:
-                raise NotPrioritizedError(f"beta applies to prioritized stores only; {self.path} was created "
-                                          "without prioritized=True")
-            beta = check_beta(beta)
+            beta = self._checked_beta(beta)
         batch_size = self.batch_size if batch_size is None else _check_batch_size(batch_size)
         # The defaults skip the checks (a W1 batch of 32 takes about 10 us); anything else,
         # arrays included, is checked before the sampler moves.
@@ -271,6 +268,12 @@ class DiskReplay:
             n_step, gamma = check_n_step(n_step, gamma, self.max_size, self.num_envs)
         self.batch_idxs, batch = self._session.sample(batch_size, self.use_cer, n_step, gamma, beta)
         return batch
+
+    def _checked_beta(self, beta) -> float:
+        if not self.prioritized:
+            raise NotPrioritizedError(f"beta applies to prioritized stores only; {self.path} was created "
+                                      "without prioritized=True")
+        return check_beta(beta)
 
     def update_priorities(self, idxs, priorities) -> None:
         """Set the priority of slots ``idxs`` from raw non-negative ``priorities`` (e.g. |TD
@@ -290,8 +293,9 @@ class DiskReplay:
         """The transitions at the given slot indices, as ``sample`` returns them (n-step
         rows when ``n_step > 1``, as ``sample`` describes); on a prioritized store with
         ``priorities``, each slot's stored ``p_i`` (float64). ``fields`` (names of fields,
-        ``"next_states"`` among them if wanted) reads only those keys, for plain rows:
-        a scan that does not use next states does not read them. The name ``"jumps"``
+        ``"next_states"`` and ``"priorities"`` among them if wanted) reads only those keys,
+        in that order, for plain rows: a scan that does not use next states does not read
+        them. The name ``"jumps"``
         adds a bool per row, True where the transition's next state is not its env's next
         state (an autoreset that ``dones`` may not mark), from the jump ring alone."""
         self._check_open()
@@ -305,24 +309,38 @@ class DiskReplay:
         if n_step != 1:
             raise InvalidArgumentError("fields= reads plain rows; it does not combine with n_step")
         names = (fields,) if isinstance(fields, str) else tuple(fields)
-        known = list(self._session.fields or {}) + ["next_states", "jumps"]
+        known = list(self._session.fields or {}) + ["next_states", "jumps"] + (["priorities"] * self.prioritized)
         unknown = [name for name in names if not isinstance(name, str) or name not in known]
         if unknown or not names:
             raise InvalidArgumentError(f"fields must name some of {', '.join(known)}; got {list(names)!r}")
         return tuple(dict.fromkeys(names))
 
     def batches(self, batch_size: int | None = None, *, prefetch: int = 2, count: int | None = None,
-                n_step: int = 1, gamma: float = 0.99):
-        """An iterator of ``sample(batch_size, n_step=n_step, gamma=gamma)`` batches prepared
-        ``prefetch`` ahead in a background thread (``count`` batches, or until closed).
-        Deterministic for a seeded store; use it as a context manager or call ``close()``.
-        The thread takes the store's mutex for each batch, as every operation does, so a
-        batch never mixes rows with a concurrent add. Batches prepared but not taken still
-        advanced the sampler."""
+                n_step: int = 1, gamma: float = 0.99, beta: float = DEFAULT_BETA):
+        """An iterator of ``sample(batch_size, n_step=n_step, gamma=gamma, beta=beta)``
+        batches prepared ``prefetch`` ahead in a background thread (``count`` batches, or
+        until closed). Deterministic for a seeded store; use it as a context manager or call
+        ``close()``. The thread takes the store's mutex for each batch, as every operation
+        does, so a batch never mixes rows with a concurrent add. Batches prepared but not
+        taken still advanced the sampler. On a prioritized store each batch also has
+        ``idxs``, its slots: ``batch_idxs`` is the newest prepared batch's, not the one in
+        hand, so pass ``batch["idxs"]`` to ``update_priorities``."""
         self._check_open()
-        n_step, gamma = check_n_step(n_step, gamma, self.max_size, self.num_envs)  # here, not in the thread
-        prefetcher = Prefetcher(lambda: self.sample(batch_size, n_step=n_step, gamma=gamma), prefetch=prefetch,
-                                count=count)
+        # Every argument is checked here, not in the thread, where an error would wait for next().
+        batch_size = self.batch_size if batch_size is None else _check_batch_size(batch_size)
+        n_step, gamma = check_n_step(n_step, gamma, self.max_size, self.num_envs)
+        if beta is not DEFAULT_BETA:
+            beta = self._checked_beta(beta)
+
+        def sample() -> dict:
+            self._check_open()
+            # The slots from the session itself: batch_idxs may already be another call's.
+            idxs, batch = self._session.sample(batch_size, self.use_cer, n_step, gamma, beta)
+            self.batch_idxs = idxs
+            if self.prioritized:
+                batch["idxs"] = idxs
+            return batch
+        prefetcher = Prefetcher(sample, prefetch=prefetch, count=count)
         self._prefetchers.add(prefetcher)
         return prefetcher
 

@@ -32,6 +32,7 @@ from . import ring, sumtree
 from .chrono import (BLOCK_BYTES, TOO_FAST, Block, ChronoReader, Snapshot, block_rows, require_fields as _require_fields,
                      snapshot)
 from .errors import EmptyStoreError, InvalidArgumentError, OvertakenError
+from .gather import cold_reads
 from .lock import writer_alive
 from .store import DiskReplay
 
@@ -152,7 +153,16 @@ def store_info(buf: DiskReplay) -> dict:
                        if flush_ns else None),
         # frame stacks: states are stacks of this many frames, stored one frame per transition
         **({"frame_stack": buf.frame_stack} if buf.frame_stack else {}),
+        # how a batch not in RAM is read (gather.py): which fields the cold path keeps in RAM
+        **({"cold_reads": cold_reads(_row_bytes(fields, buf.frame_stack), buf.max_size, bool(buf.frame_stack))}
+           if fields else {}),
     }
+
+
+def _row_bytes(fields: dict, frame_stack) -> dict:
+    """Bytes a stored row of each field (a frame-stack store stores one frame of a state)."""
+    return {name: int(np.prod(shape[1:] if frame_stack and name == "states" else shape, dtype=np.int64))
+            * np.dtype(dtype).itemsize for name, (shape, dtype) in fields.items()}
 
 
 def batch_keys(buf: DiskReplay) -> list[str]:

@@ -381,6 +381,8 @@ class Writer(Flushing, Session):
                 # not durable yet: undo it, so memory, counters and checkpoint agree
                 self.counters.commit_state(self.seen, old_base, self.sampler.draws, old_resets)
                 self.base, self.resets = old_base, old_resets
+                if self.prio is not None and self.fields is not None:  # its flush ran: a checkpoint exists
+                    self.prio.undo_reset(self.checkpoint.generation)
                 self._set_flush_limit()
             raise
 

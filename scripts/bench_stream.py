@@ -8,8 +8,12 @@ process, on a cold cache: before every run each store file is dropped from the p
 (``posix_fadvise(POSIX_FADV_DONTNEED)`` after ``os.sync()``; nothing else on the machine is
 evicted). Measured per command:
 
-  * wall time, and the store's data bytes over it, as a fraction of the disk's sequential
-    read rate measured in the same run (``dd`` of the frames file, cold, 16 MiB blocks);
+  * wall time, and the bytes of the store's rows over it, as a fraction of the disk's sequential
+    read rate measured in the same run (``dd`` of the frames file, cold, 16 MiB blocks, before
+    every run of every command; the median of those); the frames file is the largest by
+    blocks on disk, since jump_states.npy is as large but sparse. ``--repeats N`` runs every
+    command N times, round-robin, and takes the median; ``--against EXE`` runs another
+    install's ``diskreplay`` (main's, say) beside each command in the same round-robin;
   * the command's anonymous memory: the maximum of ``RssAnon`` in ``/proc/PID/status``
     sampled every 20 ms (RSS also counts the store's page-cache pages it maps).
 
@@ -17,7 +21,7 @@ Goals (the issue): at least 0.5x the sequential read rate, RssAnon under 200 MB.
 export writes about twice what it reads (next states are part of the npz and HDF5
 outputs), so its rate is bounded by the disk's writes as well.
 
-    .venv/bin/python scripts/bench.py --cli-stream --slots 100000 --json stream.json
+    .venv/bin/python scripts/bench.py --cli-stream --slots 100000 --repeats 3 --json stream.json
 """
 from __future__ import annotations
 
@@ -58,7 +62,14 @@ def build(path: str, slots: int, backend: str, log) -> int:
             buf.add(s, rng.integers(0, 6, NUM_ENVS), rng.normal(size=NUM_ENVS).astype(np.float32),
                     frames[(step + 1) % 64], rng.random(NUM_ENVS) < 0.01)
     log(f"built {path}: {slots} slots in {time.perf_counter() - t0:.0f} s")
-    return sum(os.path.getsize(f) for f in store_files(path) if f.endswith((".npy", ".h5")))
+    # The bytes of the rows a scan reads; not the files' sizes, which count the sparse
+    # jump_states.npy (as many bytes as the frames, none of them written here).
+    return slots * sum(int(np.prod(shape)) * np.dtype(dtype).itemsize for shape, dtype in fields.values())
+
+
+def allocated(path: str) -> int:
+    """Bytes of disk ``path`` occupies (a sparse file counts only what was written)."""
+    return os.stat(path).st_blocks * 512
 
 
 def store_files(path: str) -> list[str]:
@@ -92,9 +103,10 @@ def rss_anon_kb(pid: int) -> int | None:
     return int(m.group(1)) if m else None
 
 
-def run_command(args: list[str]) -> tuple[float, int]:
-    """``(seconds, max RssAnon in kB)`` of one command, which must succeed."""
-    exe = os.path.join(os.path.dirname(sys.executable), "diskreplay")
+def run_command(args: list[str], exe: str | None = None) -> tuple[float, int]:
+    """``(seconds, max RssAnon in kB)`` of one command, which must succeed; ``exe`` is the
+    ``diskreplay`` to run (default: this interpreter's)."""
+    exe = exe or os.path.join(os.path.dirname(sys.executable), "diskreplay")
     t0 = time.perf_counter()
     proc = subprocess.Popen([exe] + args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     peak = 0
@@ -109,38 +121,71 @@ def run_command(args: list[str]) -> tuple[float, int]:
     return seconds, peak
 
 
-def run(workdir: str, slots: int, backend: str = "memmap", commands=None, log=print) -> dict:
-    """Build the store in ``workdir``, time every command cold; returns the results."""
+def run(workdir: str, slots: int, backend: str = "memmap", commands=None, log=print, repeats: int = 1,
+        against: str | None = None) -> dict:
+    """Build the store in ``workdir``, time every command cold ``repeats`` times (round-robin),
+    each run right after a ``dd`` of the frames file; returns the medians.
+
+    The virtual disk's rate swings by several times within seconds (the host caches it),
+    so the sequential rate is the median of all those ``dd`` runs (their range is kept),
+    and each command's ratio divides its median rate by it. ``against`` names another
+    install's ``diskreplay`` (e.g. main's), run beside each command on the same store, in
+    the same round-robin (``"against"`` in each command's results)."""
     path = os.path.join(workdir, "W3-stream.replay")
     data_bytes = build(path, slots, backend, log)
-    frames = max((f for f in store_files(path) if f.endswith((".npy", ".h5"))), key=os.path.getsize)
-    seq = sequential_read(frames)
-    log(f"sequential read (dd, cold): {seq / 1e6:.0f} MB/s")
-    results = {"slots": slots, "backend": backend, "store_bytes": data_bytes, "seq_read_mb_s": seq / 1e6,
-               "commands": {}}
-    for name in commands or COMMANDS:
-        out = os.path.join(workdir, f"out-{name}")
-        args = [a.format(out=out) for a in COMMANDS[name]]
-        drop_cache(store_files(path))
-        seconds, peak_kb = run_command([args[0], path] + args[1:])
+    frames = max((f for f in store_files(path) if f.endswith((".npy", ".h5"))), key=allocated)
+    names = list(commands or COMMANDS)
+    runs = [(name, None) for name in names] + ([(name, against) for name in names] if against else [])
+    runs.sort(key=lambda r: names.index(r[0]))
+    seqs, times, peaks = [], {run: [] for run in runs}, {run: 0 for run in runs}
+    for rep in range(repeats):
+        for name, exe in runs:
+            out = os.path.join(workdir, f"out-{name}")
+            args = [a.format(out=out) for a in COMMANDS[name]]
+            seqs.append(sequential_read(frames))
+            drop_cache(store_files(path))
+            seconds, peak_kb = run_command([args[0], path] + args[1:], exe)
+            times[name, exe].append(seconds)
+            peaks[name, exe] = max(peaks[name, exe], peak_kb)
+            log(f"{name}{' (against)' if exe else ''} (run {rep + 1}): {seconds:.1f} s, "
+                f"{data_bytes / seconds / 1e6:.0f} MB/s; dd just before: {seqs[-1] / 1e6:.0f} MB/s; "
+                f"RssAnon {peak_kb / 1024:.0f} MB")
+            for leftover in (out + ext for ext in (".png", ".npz", ".h5")):
+                if os.path.exists(leftover):
+                    os.unlink(leftover)
+    seq = float(np.median(seqs))
+    results = {"slots": slots, "backend": backend, "store_bytes": data_bytes, "repeats": repeats,
+               "seq_read_mb_s": seq / 1e6, "seq_read_range_mb_s": [min(seqs) / 1e6, max(seqs) / 1e6],
+               "against": against, "commands": {}}
+
+    def summary(run) -> dict:
+        seconds = float(np.median(times[run]))
         rate = data_bytes / seconds
-        results["commands"][name] = {"seconds": seconds, "mb_s": rate / 1e6, "x_seq_read": rate / seq,
-                                     "rss_anon_mb": peak_kb / 1024,
-                                     "met": rate / seq >= RATE_GOAL and peak_kb / 1024 < RSS_GOAL_MB}
-        log(f"{name}: {seconds:.1f} s, {rate / 1e6:.0f} MB/s = {rate / seq:.2f}x, RssAnon {peak_kb / 1024:.0f} MB")
-        for leftover in (out + ext for ext in (".png", ".npz", ".h5")):
-            if os.path.exists(leftover):
-                os.unlink(leftover)
+        return {"seconds": seconds, "seconds_range": [min(times[run]), max(times[run])], "mb_s": rate / 1e6,
+                "x_seq_read": rate / seq, "rss_anon_mb": peaks[run] / 1024,
+                "met": rate / seq >= RATE_GOAL and peaks[run] / 1024 < RSS_GOAL_MB}
+
+    for name in names:
+        results["commands"][name] = summary((name, None))
+        if against:
+            results["commands"][name]["against"] = summary((name, against))
     shutil.rmtree(path, ignore_errors=True)
     return results
 
 
 def table(results: dict) -> str:
-    lines = [f"W3-shaped store of {results['slots']} slots ({results['store_bytes'] / 1e9:.2f} GB, "
-             f"{results['backend']}), cold cache; sequential read {results['seq_read_mb_s']:.0f} MB/s",
-             "| command | seconds | MB/s | x seq. read | RssAnon MB | goal met |", "|---|---:|---:|---:|---:|---|"]
+    lo, hi = results["seq_read_range_mb_s"]
+    lines = [f"W3-shaped store of {results['slots']} slots ({results['store_bytes'] / 1e9:.2f} GB of rows, "
+             f"{results['backend']}), cold cache, {results['repeats']} run(s) each; sequential read (dd, cold, "
+             f"the median of one before every run) {results['seq_read_mb_s']:.0f} MB/s (range {lo:.0f}-{hi:.0f})",
+             "| command | seconds (median) | range | MB/s | x seq. read | RssAnon MB | goal met |",
+             "|---|---:|---:|---:|---:|---:|---|"]
     for name, r in results["commands"].items():
-        lines.append(f"| {name} | {r['seconds']:.1f} | {r['mb_s']:.0f} | {r['x_seq_read']:.2f} | "
-                     f"{r['rss_anon_mb']:.0f} | {'yes' if r['met'] else 'NO'} |")
+        for label, x in [(name, r)] + ([(f"{name} (against)", r["against"])] if "against" in r else []):
+            a, b = x["seconds_range"]
+            lines.append(f"| {label} | {x['seconds']:.1f} | {a:.1f}-{b:.1f} | {x['mb_s']:.0f} | "
+                         f"{x['x_seq_read']:.2f} | {x['rss_anon_mb']:.0f} | {'yes' if x['met'] else 'NO'} |")
+    if results.get("against"):
+        lines.append(f"(against): {results['against']}, in the same runs")
     lines.append(f"goals: >= {RATE_GOAL}x the sequential read rate and RssAnon < {RSS_GOAL_MB} MB")
     return "\n".join(lines)

@@ -102,10 +102,25 @@ def test_info(store, run):
     assert d["fields"]["states"] == {"shape": [3], "dtype": "float32"}
     assert d["fields"]["log_probs"] == {"shape": [], "dtype": "float32"}
     assert d["disk_bytes"] > 0 and d["writer_alive"] is False
+    assert d["cold_reads"] == "through the mapping (small rows)"
     r = run("info", store)
     assert r.code == 0
     assert_fits(r.out)
     assert "seen_size       16" in r.out and "writer          none" in r.out
+
+
+def test_info_says_how_cold_batches_are_read(tmp_path, run):
+    """Stores of large frames read cold batches by positioned reads and keep their small
+    fields in RAM; info names them, their size and whether they can be locked."""
+    fields = {"states": ((4, 64, 64), "uint8"), "actions": ((), "int64"), "rewards": ((), "float32"),
+              "dones": ((), "bool")}
+    with DiskReplay.create(tmp_path / "big", 1000, fields=fields) as buf:
+        buf.add(np.zeros((4, 64, 64), np.uint8), 1, 0.0, np.zeros((4, 64, 64), np.uint8), False)
+    d = run("info", tmp_path / "big", "--json").json()
+    assert d["cold_reads"].startswith("frames by hinted reads; actions, rewards, dones in RAM (0.0 MiB, ")
+    r = run("info", tmp_path / "big")
+    assert r.code == 0 and "cold_reads      frames by hinted reads" in r.out
+    assert_fits(r.out)
 
 
 # ---------------------------------------------------------------- show

@@ -125,6 +125,121 @@ def test_cold_large_rows_are_read_by_positioned_reads(tmp_path, monkeypatch):
         buf.close()
 
 
+LARGE = {"states": ((4, 64, 64), "uint8"), "actions": ((), "int64"), "rewards": ((), "float32"),
+         "dones": ((), "bool")}
+
+
+def _drop(buf):
+    """The store's pages out of the page cache, as the benchmark's W4 drops them."""
+    for f in buf._session.storage.files:
+        for m in f.maps:
+            m.madvise(mmap.MADV_DONTNEED)
+        os.posix_fadvise(f.fd, 0, 0, os.POSIX_FADV_DONTNEED)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_cold_batches_keep_the_small_fields_in_ram(tmp_path, backend):
+    """The first cold batch reads the small fields in whole and keeps them (PinnedRange):
+    dropping the page cache leaves them resident while the frames go, the live writer's
+    new rows show through them at once, and batches equal the mapping path's rows."""
+    rng = np.random.default_rng(8)
+    frames = rng.integers(0, 255, (60, 4, 64, 64), dtype=np.uint8)
+    buf = DiskReplay.create(tmp_path / "s", 40, fields=LARGE, seed=4, backend=backend)
+    try:
+        for t in range(40):
+            buf.add(frames[t], t, float(t), frames[t + 1], t % 7 == 0)
+        buf.flush()
+        gatherer = buf._session.gatherer
+        assert gatherer.pinned == "nothing yet (no cold batch)"
+        for _ in range(3):
+            _drop(buf)
+            batch = buf.sample(16)
+            idxs = buf.batch_idxs
+            np.testing.assert_array_equal(batch["states"], frames[idxs])
+            np.testing.assert_array_equal(batch["actions"], idxs)
+            np.testing.assert_array_equal(batch["rewards"], idxs.astype(np.float32))
+            np.testing.assert_array_equal(batch["dones"], idxs % 7 == 0)
+        assert sorted(gatherer.resident) == ["actions", "dones", "rewards"]
+        assert gatherer.pinned.startswith("actions, rewards, dones: ")
+        fd, offset, row_bytes = buf._session.storage.locations["actions"]
+        _drop(buf)
+        assert page_cached(fd, offset + 39 * row_bytes) is True  # kept through the drop
+        fd, offset, row_bytes = buf._session.storage.locations["states"]
+        assert page_cached(fd, offset + 39 * row_bytes) is False
+        for t in range(40, 52):  # the writer overwrites slots 0..11: seen through the pinned pages
+            buf.add(frames[t], 1000 + t, -1.0, frames[t + 1], True)
+        _drop(buf)
+        batch = buf.get(np.arange(12))
+        np.testing.assert_array_equal(batch["actions"], 1000 + np.arange(40, 52))
+        assert batch["dones"].all() and (batch["rewards"] == -1).all()
+    finally:
+        buf.close()
+    assert gatherer.pins == [] and gatherer.resident == {}
+
+
+@pytest.mark.parametrize("fail", ["budget", "map"])
+def test_cold_batches_read_small_fields_when_they_cannot_stay(tmp_path, monkeypatch, fail):
+    """Over RESIDENT_BYTES, or when mapping fails, the small fields are read with the frames."""
+    if fail == "budget":
+        monkeypatch.setattr(gather_module, "RESIDENT_BYTES", 100)
+    else:
+        def refuse(*args):
+            raise OSError(errno.ENOMEM, "no room")
+        monkeypatch.setattr(gather_module, "PinnedRange", refuse)
+    frames = np.random.default_rng(9).integers(0, 255, (41, 4, 64, 64), dtype=np.uint8)
+    buf = DiskReplay.create(tmp_path / "s", 40, fields=LARGE, seed=4)
+    try:
+        for t in range(40):
+            buf.add(frames[t], t, float(t), frames[t + 1], False)
+        buf.flush()
+        _drop(buf)
+        batch = buf.sample(16)
+        np.testing.assert_array_equal(batch["states"], frames[buf.batch_idxs])
+        np.testing.assert_array_equal(batch["actions"], buf.batch_idxs)
+        assert buf._session.gatherer.pinned == "nothing" and buf._session.gatherer.pins == []
+    finally:
+        buf.close()
+
+
+def test_cold_reads_names_what_stays_in_ram(monkeypatch):
+    import diskreplay.mapped as mapped_module
+
+    atari = {"states": 28_224, "actions": 8, "rewards": 4, "dones": 1, "infos": 8_192}
+    assert gather_module.cold_reads({"states": 16, "actions": 8}, 10 ** 6) == "through the mapping (small rows)"
+    assert gather_module.cold_reads({"states": 7_056, "actions": 8}, 10, frame_stack=True).startswith("frames by")
+    assert gather_module.resident_fields(atari, 100_000) == (["actions", "rewards", "dones"], 1_300_000)
+    monkeypatch.setattr(gather_module, "lock_refused", lambda nbytes: None)
+    assert gather_module.cold_reads(atari, 100_000) == \
+        "frames by hinted reads; actions, rewards, dones in RAM (1.2 MiB, locked)"
+    assert gather_module.cold_reads(atari, 10 ** 7) == \
+        "hinted reads of every field (small fields 124.0 MiB, over the 64 MiB kept in RAM)"
+    monkeypatch.setattr(gather_module, "lock_refused", mapped_module.lock_refused)
+    monkeypatch.setattr(mapped_module, "CAP_IPC_LOCK", 63)  # as a process without the capability
+    limit = mapped_module.resource.getrlimit(mapped_module.resource.RLIMIT_MEMLOCK)[0]
+    if limit != mapped_module.resource.RLIM_INFINITY:
+        assert mapped_module.lock_refused(limit + 1) == f"RLIMIT_MEMLOCK {limit >> 10} KiB"
+    assert mapped_module.lock_refused(0) is None
+
+
+def test_pinned_range_says_why_it_is_not_locked(tmp_path, monkeypatch):
+    import diskreplay.mapped as mapped_module
+
+    path = tmp_path / "f"
+    path.write_bytes(bytes(range(256)) * 64)
+    monkeypatch.setattr(mapped_module, "_mlock", lambda address, length: "mlock failed: no (RLIMIT_MEMLOCK)")
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        pin = mapped_module.PinnedRange(fd, 300, 1000)
+        assert pin.locked.startswith("mlock failed")
+        arr = pin.array(0, (1000,), np.uint8)
+        np.testing.assert_array_equal(arr, (np.arange(300, 1300) % 256).astype(np.uint8))
+        assert not arr.flags.writeable
+        del arr
+        pin.close()
+    finally:
+        os.close(fd)
+
+
 def test_rowreader_refuses_bad_output_and_rows_past_the_end(tmp_path):
     buf = _store_with_rows(tmp_path, "memmap", rows=8)
     fd, offset, row_bytes = buf._session.storage.locations["states"]

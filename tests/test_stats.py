@@ -190,14 +190,19 @@ def test_truncations_end_episodes_in_stats(tmp_path, backend):
     assert d["episodes"]["dones_per_env"] == [2]
 
 
+@pytest.mark.parametrize("impl", ["C", "numpy"])
 @pytest.mark.parametrize("tally", [False, True])
 @pytest.mark.parametrize("dtype", ["uint8", "int8", "bool", "int16", "uint16"])
-def test_small_integer_stats_are_exact(dtype, tally, monkeypatch):
+def test_small_integer_stats_are_exact(dtype, tally, impl, monkeypatch):
     """One- and two-byte integers and bools are summed as integers (or tallied, a count per
-    value, a chunk of elements at a time), exactly."""
-    import diskreplay.stats
+    value, a chunk of elements at a time), exactly, by the C kernels and by numpy."""
+    from diskreplay import smallints
 
-    monkeypatch.setattr(diskreplay.stats, "TALLY_CHUNK", 7)
+    assert smallints.implementation() == "C"  # built at install; numpy is the fallback tested beside it
+    if impl == "numpy":
+        monkeypatch.setattr(smallints, "_scan", None)
+    monkeypatch.setattr(smallints, "_TALLY_CHUNK", 7)
+    monkeypatch.setattr(smallints, "_PIECE", 7)
     rng = np.random.default_rng(1)
     info = np.iinfo(dtype) if dtype != "bool" else None
     lo, hi = (0, 2) if info is None else (info.min, info.max + 1)

@@ -103,10 +103,12 @@ def test_snapshots_beside_a_live_writer_are_consistent(live):
 
 
 # ---------------------------------------------------------------- ChronoReader
-def test_chrono_reader_reads_a_wrapped_store_oldest_first(wrapped):
+@pytest.mark.parametrize("ahead", [False, True])
+def test_chrono_reader_reads_a_wrapped_store_oldest_first(wrapped, ahead):
     calls = []
     with DiskReplay.open(wrapped, mode="r") as buf:
-        blocks = list(ChronoReader(buf, rows=3, progress=lambda done, total: calls.append((done, total))))
+        blocks = list(ChronoReader(buf, rows=3, progress=lambda done, total: calls.append((done, total)),
+                                   ahead=ahead))
         assert [len(b.slots) for b in blocks] == [3, 3, 3, 1]
         ts = np.concatenate([b.transitions for b in blocks])
         assert ts.tolist() == list(range(14, 24))
@@ -118,6 +120,42 @@ def test_chrono_reader_reads_a_wrapped_store_oldest_first(wrapped):
         assert calls == [(3, 10), (6, 10), (9, 10), (10, 10)]
         part = list(ChronoReader(buf, -4, -1))
         assert len(part) == 1 and part[0].batch["actions"].tolist() == [20, 21, 22]
+
+
+class FailingReads:
+    """A store's read API whose ``get`` fails from the ``fail_at``-th call on."""
+
+    def __init__(self, buf, fail_at: int):
+        self.buf, self.fail_at, self.calls = buf, fail_at, 0
+
+    def get(self, *args, **kwargs):
+        self.calls += 1
+        if self.calls >= self.fail_at:
+            raise OSError(5, "Input/output error")
+        return self.buf.get(*args, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self.buf, name)
+
+
+def reading_threads() -> list:
+    return [t for t in threading.enumerate() if t.name == "diskreplay-prefetch"]
+
+
+def test_chrono_reader_ahead_raises_in_the_caller_and_leaves_no_thread(wrapped):
+    """``ahead=True`` reads on a background thread: its errors reach the caller after the
+    blocks read before them, and the thread ends when the iteration does, however it ends."""
+    with DiskReplay.open(wrapped, mode="r") as buf:
+        got = []
+        with pytest.raises(OSError, match="Input/output error"):
+            for block in ChronoReader(FailingReads(buf, fail_at=3), rows=3, ahead=True):
+                got.append(block.batch["actions"].tolist())
+                assert threading.current_thread() is threading.main_thread()
+        assert got == [[14, 15, 16], [17, 18, 19]] and not reading_threads()
+        blocks = iter(ChronoReader(buf, rows=1, ahead=True))
+        assert next(blocks).batch["actions"].tolist() == [14] and len(reading_threads()) == 1
+        blocks.close()  # the caller stops early: the thread stops too
+        assert not reading_threads()
 
 
 def test_chrono_reader_starts_over_when_overtaken_before_yielding(live):
