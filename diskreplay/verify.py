@@ -12,7 +12,8 @@ It takes no lock and writes nothing, so it is safe beside a live writer. Checked
   size, and the records lookups search are of transitions in increasing order that were
   added (an unsorted window would hide exact next states);
 * a frame-stack store's stack files (``stack_records.npy``, ``stack_states.npy``,
-  ``stack_tail.npy``) have the right header and size, and ``ns_buffer.npy`` holds whole stacks;
+  ``stack_tail.npy``) have the right header and size, ``ns_buffer.npy`` holds whole stacks,
+  and the transition after every jump of the ring is a base (reads rely on it);
 * every row of every field is read once, in row blocks (bounded memory), through
   positioned reads so that an I/O error is reported instead of killing the process;
   each row that was durable at the last flush is checked against its CRC-32 in
@@ -34,7 +35,7 @@ import numpy as np
 from . import ring
 from .backends import BACKENDS, get_backend
 from .checkpoint import CHECKPOINT_FILE, CheckpointFile, CheckpointLayout
-from .counters import COMMIT_RETRIES, COUNTERS_FILE, W_JUMPS, Counters
+from .counters import COMMIT_RETRIES, COUNTERS_FILE, W_JUMPS, W_STACKS, Counters
 from .description import DESCRIPTION_FILE, read_description
 from .errors import DiskReplayError, StoreLockedError
 from .jumps import JUMP_STATES_FILE, JUMPS_FILE, jump_capacity
@@ -106,7 +107,7 @@ def verify_store(path, progress: Callable[[int, int], None] | None = None) -> Ve
     fields, num_envs = desc["fields"], desc["num_envs"]
 
     # -- live counters
-    seen = base = jumps = None
+    seen = base = jumps = stacks = None
     try:
         counters = Counters(directory, writable=False)
     except DiskReplayError as exc:
@@ -125,7 +126,7 @@ def verify_store(path, progress: Callable[[int, int], None] | None = None) -> Ve
                 report.problem(f"{counters.path}: {problem}")
             else:
                 seen, _, base, _, _ = counters.snapshot()
-                jumps = int(counters.words[W_JUMPS])
+                jumps, stacks = int(counters.words[W_JUMPS]), int(counters.words[W_STACKS])
                 report.checked["seen_size"] = seen
         finally:
             counters.close()
@@ -140,8 +141,7 @@ def verify_store(path, progress: Callable[[int, int], None] | None = None) -> Ve
     starts = _data_starts(directory, desc, report)
     states = state_spec(fields, desc.get("frame_stack"))  # a whole state (frame stacks: k frames)
     _check_npy(os.path.join(directory, NS_FILE), (2, num_envs) + states.shape, states.dtype, report)
-    if desc.get("frame_stack"):
-        _check_stacks(directory, desc, report)
+    stack_records = _check_stacks(directory, desc, report) if desc.get("frame_stack") else None
 
     # -- checkpoints
     layout = CheckpointLayout(fields, num_envs, desc["reserve_rows"], states)
@@ -175,7 +175,9 @@ def verify_store(path, progress: Callable[[int, int], None] | None = None) -> Ve
             ck.close()
 
     if desc["format_version"] >= 2:
-        _check_jumps(directory, desc, seen, jumps, report)
+        jumped = _check_jumps(directory, desc, seen, jumps, report)
+        if stack_records is not None and jumped is not None:
+            _check_stack_bases(directory, desc, seen, base, stacks, stack_records, jumped, report)
 
     # -- every row, once
     if seen is None:
@@ -207,15 +209,16 @@ def _check_priorities(directory: str, desc: dict, seen: int, base: int, report: 
         prio.close()
 
 
-def _check_jumps(directory: str, desc: dict, seen: int | None, jumps: int | None, report: VerifyReport) -> None:
-    """The jump ring's files, and the records lookups search (``jumps.py``)."""
+def _check_jumps(directory: str, desc: dict, seen: int | None, jumps: int | None, report) -> np.ndarray | None:
+    """The jump ring's files, and the records lookups search (``jumps.py``): returns those
+    records (transitions) when they are sound."""
     states, max_size = state_spec(desc["fields"], desc.get("frame_stack")), desc["max_size"]
     capacity = jump_capacity(max_size, desc["reserve_rows"])
     records = os.path.join(directory, JUMPS_FILE)
     offset = _check_npy(records, (capacity,), np.dtype(np.int64), report)
     _check_npy(os.path.join(directory, JUMP_STATES_FILE), (capacity,) + states.shape, states.dtype, report)
     if offset is None or seen is None:
-        return
+        return None
     ks = np.arange(max(0, jumps - max_size), jumps, dtype=np.int64)
     with open(records, "rb") as f:
         ring = np.fromfile(f, "<i8", count=capacity, offset=offset)
@@ -224,27 +227,54 @@ def _check_jumps(directory: str, desc: dict, seen: int | None, jumps: int | None
     # A live writer stores the count before it commits a step: records up to one step ahead.
     ahead = seen + desc["num_envs"]
     if len(ts) and ((np.diff(ts) <= 0).any() or ts[0] < 1 or ts[-1] > ahead):
-        counters = Counters(directory, writable=False)
-        try:
-            moved = int(counters.words[W_JUMPS]) != jumps
-        finally:
-            counters.close()
-        if moved:  # a live writer recorded jumps meanwhile, over the oldest read
+        if _word(directory, W_JUMPS) != jumps:  # a live writer recorded jumps meanwhile, over the oldest read
             report.notes.append(f"{JUMPS_FILE}: not checked, a live writer kept recording jumps")
-            return
+            return None
         report.problem(f"{records}: the newest {len(ts)} records are not transitions in increasing order "
                        f"up to seen_size {seen}; exact next states of autoreset jumps may be wrong")
+        return None
+    return ts
 
 
-def _check_stacks(directory: str, desc: dict, report: VerifyReport) -> None:
-    """A frame-stack store's stack files (``framestack.py``): headers and sizes."""
+def _word(directory: str, index: int) -> int:
+    """A word of ``meta.bin`` as it is now (has a live writer moved a count?)."""
+    counters = Counters(directory, writable=False)
+    try:
+        return int(counters.words[index])
+    finally:
+        counters.close()
+
+
+def _check_stacks(directory: str, desc: dict, report: VerifyReport) -> int | None:
+    """A frame-stack store's stack files (``framestack.py``): headers and sizes; returns
+    where the records of ``stack_records.npy`` start, if its header is sound."""
     frame, k, n, reserve = desc["fields"]["states"], desc["frame_stack"], desc["num_envs"], desc["reserve_rows"]
     capacity = record_window(desc["max_size"], n, k) + reserve
-    _check_npy(os.path.join(directory, STACK_RECORDS_FILE), (capacity,), np.dtype(np.int64), report)
+    offset = _check_npy(os.path.join(directory, STACK_RECORDS_FILE), (capacity,), np.dtype(np.int64), report)
     _check_npy(os.path.join(directory, STACK_STATES_FILE), (capacity,) + stack_spec(frame, k).shape, frame.dtype,
                report)
     _check_npy(os.path.join(directory, STACK_TAIL_FILE), (tail_rows(n, k, reserve),) + frame.shape, frame.dtype,
                report)
+    return offset
+
+
+def _check_stack_bases(directory: str, desc: dict, seen: int, base: int, stacks: int, offset: int,
+                       jumped: np.ndarray, report: VerifyReport) -> None:
+    """Every jump's next transition of the same env (``t + num_envs``) in the ring is a base:
+    a batch searches the jump ring only at bases (``stackbatch.py``; FORMAT.md)."""
+    n, m, k = desc["num_envs"], desc["max_size"], desc["frame_stack"]
+    capacity, path = record_window(m, n, k) + desc["reserve_rows"], os.path.join(directory, STACK_RECORDS_FILE)
+    needs = jumped[(jumped + n > max(base, seen - m)) & (jumped + n <= seen)] + n
+    records = np.fromfile(path, "<i8", count=capacity, offset=offset)
+    missing = needs[~np.isin(needs, records[np.arange(max(0, stacks - record_window(m, n, k)), stacks) % capacity])]
+    report.checked["jump_bases"] = len(needs)
+    if not len(missing):
+        return
+    if _word(directory, W_STACKS) != stacks:  # a live writer recorded bases meanwhile, over the oldest read
+        report.notes.append(f"{STACK_RECORDS_FILE}: jump bases not checked, a live writer kept recording bases")
+        return
+    report.problem(f"{path}: {len(missing)} transition(s) after an autoreset jump are not bases (first: "
+                   f"{int(missing[0])}); their stacks may be rebuilt from the wrong frames")
 
 
 def _data_starts(directory: str, desc: dict, report: VerifyReport) -> dict:

@@ -624,3 +624,34 @@ def test_a_reader_beside_a_writer_thread(tmp_path, backend):
         reader.close()
         writer.close()
     assert batches > 20 and problems == [], problems[:5]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_verify_checks_that_every_jump_is_followed_by_a_base(tmp_path, backend):
+    """Batches search the jump ring only at bases (FORMAT.md): verify checks the writer's
+    rule that the transition after an autoreset jump is one, and reports a store where not."""
+    from diskreplay.verify import verify_store
+
+    path = str(tmp_path / "s")
+    fields = {"states": ((2, 3), "uint8"), "actions": ((), "int64"), "rewards": ((), "float32"),
+              "dones": ((), "bool")}
+    with DiskReplay.create(path, 50, backend=backend, frame_stack=2, fields=fields) as buf:
+        frame = 0
+        for _ in range(4):  # episodes of 5 steps; each final next state is not the next state
+            s = np.stack([np.full(3, frame, np.uint8)] * 2)
+            for step in range(5):
+                frame += 1
+                ns = np.stack([s[-1], np.full(3, frame, np.uint8)])
+                buf.add(s, 0, 1.0, ns, step == 4)
+                s = ns
+            frame += 1
+        assert list(np.flatnonzero(buf.get(np.arange(20), fields="jumps")["jumps"])) == [4, 9, 14]
+    report = verify_store(path)
+    assert report.ok and report.checked["jump_bases"] == 3, report.problems
+    records = np.load(os.path.join(path, "stack_records.npy"), mmap_mode="r+")
+    assert list(records[:4]) == [1, 6, 11, 16]
+    records[2] = 10  # still in order, but transition 11 (after the jump at 10) is no base any more
+    records.flush()
+    del records
+    report = verify_store(path)
+    assert not report.ok and any("not bases (first: 11)" in p for p in report.problems), report.problems
