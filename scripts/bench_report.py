@@ -69,10 +69,13 @@ def render(data) -> str:
         def g(key, scale=1.0, digits=2):
             return f"{v[key]['median'] * scale:.{digits}f}" if key in v else "-"
 
+        def worst(key, digits):  # systems measured only in part (fio: its rate alone) have no such key
+            return f"{v[key]['max']:.{digits}f}" if key in v else "-"
+
         out.append(f"| {name} | {g('cold_ms_per_batch')} | {g('sample32_per_s', digits=0)} | "
-                   f"{g('cold_bytes_per_batch', 1 / 1024, 0)} | {v['resident_pages_before_batch']['max']:.0f} | "
+                   f"{g('cold_bytes_per_batch', 1 / 1024, 0)} | {worst('resident_pages_before_batch', 0)} | "
                    f"{g('loop_ms_serial')} | {g('loop_ms_prefetch')} | {g('loop_prefetch_speedup')} | "
-                   f"{v['rss_anon_mb']['max']:.1f} | {g('open_s', 1000, 1)} |")
+                   f"{worst('rss_anon_mb', 1)} | {g('open_s', 1000, 1)} |")
     for lat_w in ("W3lat", "W3pace"):
         if lat_w not in res:
             continue
