@@ -163,13 +163,7 @@ class Priorities:
         power cut (``from_checkpoint``) that is the snapshot of ``generation``; after a
         clean close or a process crash the live dataset, an update cut short included."""
         if from_checkpoint:
-            snap = self.snapshot_header(generation)
-            slot = generation % 2
-            self.live[:] = self.bodies[slot]
-            w = self.words
-            w[W_ASSIGNED], w[W_BASE] = snap["assigned"], snap["base"]
-            self._set_max_p(snap["max_p"])
-            self.dirty[:] = 1 << (1 - slot)  # the other slot may hold anything now
+            self._restore(generation)
             self.storage.sync()
         if int(self.words[W_SEQ]) % 2:
             self.words[W_SEQ] += 1
@@ -183,13 +177,18 @@ class Priorities:
         """A reset cut short after its flush began emptying the priorities: back to the
         snapshot of ``generation``, the flush the reset made first (nothing has changed the
         priorities since), so that they match the rows again."""
+        self._restore(generation)
+        self._load(self.live)
+
+    def _restore(self, generation: int) -> None:
+        """The live dataset, its words and the dirty map as of the snapshot of ``generation``."""
         snap = self.snapshot_header(generation)
-        self.dirty[:] = 3
-        self.live[:] = self.bodies[generation % 2]
+        slot = generation % 2
+        self.live[:] = self.bodies[slot]
         w = self.words
         w[W_ASSIGNED], w[W_BASE] = snap["assigned"], snap["base"]
         self._set_max_p(snap["max_p"])
-        self._load(self.live)
+        self.dirty[:] = 1 << (1 - slot)  # the other slot may hold anything now
 
     def snapshot_header(self, generation: int) -> dict:
         snap = _read_header(self.file, self.layout, generation % 2)

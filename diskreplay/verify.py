@@ -262,11 +262,12 @@ def _check_stack_bases(directory: str, desc: dict, seen: int, base: int, stacks:
                        jumped: np.ndarray, report: VerifyReport) -> None:
     """Every jump's next transition of the same env (``t + num_envs``) in the ring is a base:
     a batch searches the jump ring only at bases (``stackbatch.py``; FORMAT.md)."""
-    n, m, k = desc["num_envs"], desc["max_size"], desc["frame_stack"]
-    capacity, path = record_window(m, n, k) + desc["reserve_rows"], os.path.join(directory, STACK_RECORDS_FILE)
+    n, m, window = desc["num_envs"], desc["max_size"], record_window(desc["max_size"], desc["num_envs"],
+                                                                      desc["frame_stack"])
+    capacity, path = window + desc["reserve_rows"], os.path.join(directory, STACK_RECORDS_FILE)
     needs = jumped[(jumped + n > max(base, seen - m)) & (jumped + n <= seen)] + n
     records = np.fromfile(path, "<i8", count=capacity, offset=offset)
-    missing = needs[~np.isin(needs, records[np.arange(max(0, stacks - record_window(m, n, k)), stacks) % capacity])]
+    missing = needs[~np.isin(needs, records[np.arange(max(0, stacks - window), stacks) % capacity])]
     report.checked["jump_bases"] = len(needs)
     if not len(missing):
         return
