@@ -20,9 +20,9 @@ from diskreplay.stats import compute_stats
 from diskreplay.verify import verify_store
 from diskreplay.views import batch_keys, read_block, sample_batch, store_info
 
-from .output import (check_output, cli_message, echo_json, echo_lines, fmt_numbers, kv_lines, note_overtaken,
-                     os_error_message, parse_fields, parse_indices, positions, progress, returns_line, rows_table,
-                     table, terminal_width)
+from .output import (check_output, cli_message, closed_pipe, echo_json, echo_lines, fmt_numbers, kv_lines,
+                     note_overtaken, os_error_message, out_of_memory_message, parse_fields, parse_indices, positions,
+                     progress, returns_line, rows_table, table, terminal_width)
 from .plot import load_pyplot, plot_format, plot_store
 from .watch import watch_store
 
@@ -41,7 +41,7 @@ def range_options(func):
 def handle_errors(func):
     """Library errors become ``Error: ...`` on stderr in the command line's terms, without a
     traceback: exit 2 for a bad argument (InvalidArgumentError, an index outside the store,
-    as for click's own checks), else exit 1. A closed pipe (``| head``) ends quietly."""
+    as for click's own checks), else exit 1. A closed pipe (``| head``) ends quietly (141)."""
 
     @functools.wraps(func)
     def wrapper(*args, **kwargs):
@@ -50,14 +50,13 @@ def handle_errors(func):
         try:
             return func(*args, **kwargs)
         except BrokenPipeError:
-            raise  # click ends the command quietly
+            closed_pipe()
         except (InvalidArgumentError, IndexOutOfRangeError) as exc:
             raise click.UsageError(cli_message(str(exc), name), ctx=ctx) from None
         except OSError as exc:  # the library's StoreIOError and the like too
             raise click.ClickException(os_error_message(exc)) from None
         except MemoryError:
-            raise click.ClickException(f"out of memory in {name or 'the command'}; read fewer rows "
-                                       "(--last N, --start/--stop) or free memory") from None
+            raise click.ClickException(out_of_memory_message(name)) from None
         except DiskReplayError as exc:
             raise click.ClickException(cli_message(str(exc), name)) from None
 

@@ -15,7 +15,9 @@ import math
 import os
 import re
 import shutil
+import signal
 import sys
+import textwrap
 
 import click
 import numpy as np
@@ -48,6 +50,8 @@ def parse_indices(values) -> list[int]:
             if not -2 ** 63 <= index < 2 ** 63:
                 raise click.BadParameter(f"{part} is far outside any store's slots", param_hint="--index")
             out.append(index)
+    if not out:
+        raise click.BadParameter("no slot index given", param_hint="--index")
     return out
 
 
@@ -196,8 +200,8 @@ def kv_lines(pairs: list[tuple[str, object]], width: int | None = None) -> list[
     room = max(20, width - keyw - 2)
     lines = []
     for key, value in pairs:
-        text = str(value)
-        chunks = [text[i:i + room] for i in range(0, len(text), room)] or [""]
+        # at spaces where there are some (never inside a number); a long path is cut anywhere
+        chunks = textwrap.wrap(str(value), room, break_on_hyphens=False) or [""]
         lines.append(f"{key:<{keyw}}  {chunks[0]}")
         lines += [" " * (keyw + 2) + c for c in chunks[1:]]
     return lines
@@ -230,17 +234,39 @@ def returns_line(ep: dict) -> str:
 
 
 # ---------------------------------------------------------------- errors
-CLI_TERMS = (("overwrite=True", "--overwrite"), ("DiskReplay.open() to resume it", "another path"),
-             ("batch_size", "-n"))
+# (API term, CLI term, the commands it applies to: None for all)
+CLI_TERMS = ((r"overwrite=True", "--overwrite", None), (r"DiskReplay\.open\(\) to resume it", "another path", None),
+             (r"\bbatch_size\b", "-n", {"sample"}), (r"\bn_step\b", "--n-step", {"sample"}))
 
 
 def cli_message(message: str, command: str | None = None) -> str:
     """A library error message in the command line's terms (its flags, not API arguments)."""
-    for api, flag in CLI_TERMS:
-        if api == "batch_size" and command != "sample":
-            continue
-        message = message.replace(api, flag)
+    for api, flag, commands in CLI_TERMS:
+        if commands is None or command in commands:
+            message = re.sub(api, flag, message)
     return HDF5_CALL.sub(r"\g<why>", message)
+
+
+# What to do when a command runs out of memory, in the flags it has.
+LESS_MEMORY = {"stats": "read fewer rows (--last N, --start/--stop)", "episodes": "read fewer rows (--last N, "
+               "--start/--stop)", "plot": "read fewer rows (--last N, --start/--stop)",
+               "export": "export fewer rows (--start/--stop)", "sample": "draw a smaller batch (-n)",
+               "show": "show fewer rows (--head/--tail N) or fewer fields (--fields)"}
+
+
+def out_of_memory_message(command: str | None) -> str:
+    hint = LESS_MEMORY.get(command)
+    return f"out of memory in {command or 'the command'}; " + (f"{hint} or free memory" if hint else "free memory")
+
+
+def closed_pipe() -> None:
+    """The reader of stdout went away (``| head``): end quietly, with the status of a tool
+    that the pipe's signal ended (141), not 1, which means a store problem."""
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the final flush goes nowhere
+    except (OSError, ValueError, AttributeError):
+        pass
+    sys.exit(128 + signal.SIGPIPE)
 
 
 TEMP_NAME = re.compile(r"^(?P<path>.+?)\.tmp-\d+(\.\w+)?$")  # fsutil.atomic_replace's staging names

@@ -72,6 +72,7 @@ def test_a_closed_pipe_ends_quietly(wide):
     err = p.stderr.read().decode()
     p.wait(timeout=60)
     assert err == "", err  # no "Error: Broken pipe", no traceback
+    assert p.returncode == 141  # as a tool the pipe's signal ends; 1 would mean a store problem
 
 
 def test_json_of_wide_floats(tmp_path):
@@ -111,6 +112,31 @@ def test_errors_speak_in_flags(tmp_path, wide):
     assert r.exit_code == 1 and "--overwrite" in r.stderr and "overwrite=True" not in r.stderr
     r = invoke("sample", wide, "-n", 10 ** 20)
     assert r.exit_code == 2 and "batch_size" not in r.stderr
+    for n_step in (0, 10 ** 6):
+        r = invoke("sample", wide, "--n-step", n_step)
+        assert r.exit_code == 2 and "--n-step" in r.stderr and "n_step" not in r.stderr, r.stderr
+    r = invoke("show", wide, "--index", "")
+    assert r.exit_code == 2 and "no slot index" in r.stderr
+
+
+def test_out_of_memory_names_the_commands_own_flags(wide, monkeypatch):
+    import diskreplay.cli.main as cli_main
+
+    def exhausted(*args, **kwargs):
+        raise MemoryError()
+
+    monkeypatch.setattr(cli_main, "sample_batch", exhausted)
+    r = invoke("sample", wide, "-n", 10 ** 11)
+    assert r.exit_code == 1 and "smaller batch (-n)" in r.stderr and "--last" not in r.stderr, r.stderr
+
+
+def test_long_values_wrap_between_numbers():
+    from diskreplay.cli.output import kv_lines
+
+    lines = kv_lines([("newest", " ".join(["-0.0680796"] * 12)), ("path", "/a" * 40)], width=60)
+    assert all(len(line) <= 60 for line in lines)
+    assert all(word == "-0.0680796" for line in lines[:-3] for word in line.split()[1 if line[0] != " " else 0:])
+    assert "".join(line.strip() for line in lines[-3:]).endswith("/a" * 40)
 
 
 @pytest.mark.parametrize("args", [["export", "{store}", "/proc/nowhere/x.npz"], ["export", "{store}", "/proc/x.npz"],
