@@ -18,7 +18,7 @@ from diskreplay.episodereader import EpisodeReader
 from diskreplay.export import FORMATS, check_output_path, export_store, format_for
 from diskreplay.stats import compute_stats
 from diskreplay.verify import verify_store
-from diskreplay.views import batch_keys, read_block, sample_batch, store_info
+from diskreplay.views import batch_keys, read_block, sample_batch, snapshot, store_info
 
 from .output import (check_output, cli_message, closed_pipe, echo_json, echo_lines, fmt_numbers, kv_lines,
                      note_overtaken, os_error_message, out_of_memory_message, parse_fields, parse_indices, positions,
@@ -65,6 +65,13 @@ def handle_errors(func):
 
 def open_reader(path: str) -> DiskReplay:
     return DiskReplay.open(path, mode="r")
+
+
+def refuse_empty(buf: DiskReplay, doing: str) -> None:
+    """sample, export and plot make something of rows: a store without any is refused alike
+    (exit 1), whether or not its fields were declared (show, stats and episodes list none)."""
+    if buf.fields is None or snapshot(buf).size == 0:
+        raise click.ClickException(f"{buf.path} holds no transitions yet: nothing to {doing}")
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -269,6 +276,7 @@ def sample(path, n, seed, n_step, gamma, as_json) -> None:
     Example: diskreplay sample runs/pong.replay -n 4 --seed 0 --json
     """
     with open_reader(path) as buf:
+        refuse_empty(buf, "sample")
         idxs, batch = sample_batch(buf, n, seed=seed, n_step=n_step, gamma=gamma)
         keys = batch_keys(buf)
         keys += [key for key in batch if key not in keys]  # discounts, with --n-step
@@ -340,6 +348,7 @@ def export(path, out, fmt, start, stop, dataset_id, include_incomplete, overwrit
     if fmt != "minari":
         check_output(out, overwrite)
     with open_reader(path) as buf, progress("exporting") as update:
+        refuse_empty(buf, "export")
         result = export_store(buf, out, fmt=fmt, start=start, stop=stop, progress=update, overwrite=overwrite,
                               dataset_id=dataset_id, include_incomplete=include_incomplete)
     note_overtaken(result["skipped_overwritten"])
@@ -377,6 +386,7 @@ def plot(path, out, last, start, stop) -> None:
     fmt = plot_format(out, plt)
     start, stop = positions(last, start, stop)
     with open_reader(path) as buf:
+        refuse_empty(buf, "plot")
         result = plot_store(buf, out, plt, fmt=fmt, start=start, stop=stop)
     note_overtaken(result["skipped_overwritten"])
     click.echo(f"wrote {out}: {result['episodes']} episode returns, "
