@@ -103,8 +103,8 @@ def info(path: str, as_json: bool) -> None:
         return
     keys = ("path", "backend", "format_version", "max_size", "size", "seen_size", "head", "num_envs",
             "batch_size", "use_cer") + (("prioritized", "alpha", "epsilon", "priority_tree") if data["prioritized"] else ()) + (
-            ("frame_stack",) if "frame_stack" in data else ()) + ("disk_bytes",) + (
-            ("cold_reads",) if "cold_reads" in data else ())
+            ("frame_stack",) if data["frame_stack"] else ()) + ("disk_bytes",) + (
+            ("cold_reads",) if data["cold_reads"] else ())
     echo_lines(kv_lines([(k, data[k]) for k in keys] + [("writer", "live" if data["writer_alive"] else "none"),
                                                         ("last_flush", data["last_flush"] or "never")]))
     click.echo("fields:")

@@ -125,7 +125,9 @@ def disk_bytes(path) -> int:
 
 def store_info(buf: DiskReplay) -> dict:
     """What the store holds, as JSON-ready values: backend, sizes, counters, fields, disk use,
-    whether a writer is live and the time of the last flush (and ``frame_stack`` where set)."""
+    whether a writer is live and the time of the last flush. The keys are the same for every
+    store: what does not apply (``alpha`` of a uniform store, ``frame_stack`` of a store of
+    single states, ``cold_reads`` before the first add declared the fields) is None."""
     fields = buf.fields or {}
     snap = snapshot(buf)
     flush_ns = buf.last_flush_ns
@@ -144,7 +146,7 @@ def store_info(buf: DiskReplay) -> dict:
         "alpha": buf.alpha,
         "epsilon": buf.epsilon,
         # which sum tree samples it here: "C" (the extension built at install) or "numpy"
-        **({"priority_tree": sumtree.implementation()} if buf.prioritized else {}),
+        "priority_tree": sumtree.implementation() if buf.prioritized else None,
         "fields": {name: {"shape": list(shape), "dtype": np.dtype(dtype).name}
                    for name, (shape, dtype) in fields.items()},
         "disk_bytes": disk_bytes(buf.path),
@@ -152,10 +154,10 @@ def store_info(buf: DiskReplay) -> dict:
         "last_flush": (time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(flush_ns / 1e9))
                        if flush_ns else None),
         # frame stacks: states are stacks of this many frames, stored one frame per transition
-        **({"frame_stack": buf.frame_stack} if buf.frame_stack else {}),
+        "frame_stack": buf.frame_stack or None,
         # how a batch not in RAM is read (gather.py): which fields the cold path keeps in RAM
-        **({"cold_reads": cold_reads(_row_bytes(fields, buf.frame_stack), buf.max_size, bool(buf.frame_stack))}
-           if fields else {}),
+        "cold_reads": (cold_reads(_row_bytes(fields, buf.frame_stack), buf.max_size, bool(buf.frame_stack))
+                       if fields else None),
     }
 
 

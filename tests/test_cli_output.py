@@ -89,10 +89,12 @@ def test_json_of_wide_floats(tmp_path):
     assert jsonable(np.array([np.longdouble("inf"), 1], np.longdouble)) == [None, 1.0]
 
 
+FIELDS = {"states": ((2,), "float32"), "actions": ((), "int64"), "rewards": ((), "float32"), "dones": ((), "bool")}
+
+
 def test_empty_looks_the_same_declared_or_not(tmp_path):
     declared = tmp_path / "d.replay"
-    DiskReplay.create(declared, 4, seed=0, fields={"states": ((2,), "float32"), "actions": ((), "int64"),
-                                                    "rewards": ((), "float32"), "dones": ((), "bool")}).close()
+    DiskReplay.create(declared, 4, seed=0, fields=FIELDS).close()
     undeclared = tmp_path / "u.replay"
     DiskReplay.create(undeclared, 4, seed=0).close()
     for path in (declared, undeclared):
@@ -102,6 +104,15 @@ def test_empty_looks_the_same_declared_or_not(tmp_path):
         d = json.loads(invoke("stats", path, "--json").stdout)
         assert d["size"] == 0 and d["episodes"]["complete_episodes"] == 0
         assert invoke("episodes", path).stdout == "no episodes\n"
+    prioritized = tmp_path / "p.replay"
+    DiskReplay.create(prioritized, 4, seed=0, prioritized=True).close()
+    stacked = tmp_path / "f.replay"
+    DiskReplay.create(stacked, 8, seed=0, frame_stack=2, fields=dict(FIELDS, states=((2, 3), "uint8"))).close()
+    infos = [json.loads(invoke("info", path, "--json").stdout) for path in (declared, undeclared, prioritized,
+                                                                            stacked)]
+    assert all(list(info) == list(infos[0]) for info in infos), infos  # what does not apply is null
+    assert infos[1]["cold_reads"] is None and infos[0]["priority_tree"] is None and infos[0]["frame_stack"] is None
+    assert infos[2]["priority_tree"] in ("C", "numpy") and infos[3]["frame_stack"] == 2
     # What makes something of rows refuses both alike: the same exit code, the same words.
     for args in (["sample"], ["export", "{tmp}/e.npz"], ["export", "{tmp}/e.h5"], ["plot", "{tmp}/e.png"]):
         said = set()
