@@ -18,7 +18,9 @@ environment): ``python3 -m venv`` is skipped, ``pip install X[extra]`` must name
 pyproject.toml declares (the test extra installs what they need, so an example whose
 package is missing fails when it runs), ``.venv/bin/python`` is this interpreter, and
 ``python -m pytest`` (this very suite) is not run again. Nothing an example writes
-outlives its directory, and no example may leave more than ``MAX_LEFT_BYTES`` on disk.
+outlives its directory, no example may leave more than ``MAX_LEFT_BYTES`` on disk, and a
+Python example removes the stores it made (a reader who runs one twice, or runs them all,
+finds nothing left over; a command's output, an export or a converted store, is its point).
 """
 from __future__ import annotations
 
@@ -74,6 +76,7 @@ def workdir(tmp_path, monkeypatch):
     """A fresh directory holding the README's stores, as the examples' cwd."""
     runs = tmp_path / "runs"
     runs.mkdir()
+    (tmp_path / "tmp").mkdir()
     make_store(runs / "pong.replay")
     broken = runs / "broken.replay"
     shutil.copytree(runs / "pong.replay", broken)
@@ -85,13 +88,18 @@ def workdir(tmp_path, monkeypatch):
     # RAY_TMPDIR: Ray's sockets live under its temporary directory, and AF_UNIX paths are
     # limited to 107 bytes, too short for pytest's; the Ray example keeps the usual one.
     env = dict(os.environ, PATH=f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}", COLUMNS="80",
-               TMPDIR=str(tmp_path), RAY_TMPDIR=tempfile.gettempdir())
+               TMPDIR=str(tmp_path / "tmp"), RAY_TMPDIR=tempfile.gettempdir())
     env.pop("PYTHONPATH", None)
     return tmp_path, env
 
 
 def disk_use(path: Path) -> int:
     return sum(p.lstat().st_blocks * 512 for p in path.rglob("*"))
+
+
+def stores_in(cwd: Path) -> set[Path]:
+    """The stores (side stores too) under ``cwd``, not counting its temporary directory."""
+    return {p.parent for p in cwd.rglob("store.json") if cwd / "tmp" not in p.parents}
 
 
 def check_setup(part: str) -> str | None:
@@ -163,6 +171,7 @@ def test_readme_example_runs(lineno, lang, body, workdir):
     cwd, env = workdir
     where = f"README.md:{lineno}"
     before = disk_use(cwd)
+    stores = stores_in(cwd)
     if lang == "python":
         if re.search(r"^import slm_lab\b", body, re.M):
             stand_in_slm_lab(cwd)
@@ -171,6 +180,8 @@ def test_readme_example_runs(lineno, lang, body, workdir):
         p = subprocess.run([sys.executable, str(script)], cwd=cwd, env=env, capture_output=True, text=True,
                            timeout=TIMEOUT)
         assert p.returncode == 0, f"{where} failed:\n{p.stdout}\n{p.stderr}"
+        left = sorted(str(s.relative_to(cwd)) for s in stores_in(cwd) - stores)
+        assert not left, f"{where} leaves the stores {left} behind; remove them at its end"
     else:
         steps = console_steps(body) if lang == "console" else [(line, None) for line in body.splitlines()
                                                                  if line.strip() and not line.startswith("#")]
