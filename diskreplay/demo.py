@@ -27,6 +27,8 @@ class RandomWalkEnv:
         return np.stack([self.x, self.t.astype(np.float32)], axis=1)
 
     def step(self, action: np.ndarray):
+        """``(next_state, reward, done)``; an env whose episode ended is reset after its
+        final state is observed (an autoreset: ``observe()`` then gives the new start)."""
         self.x += np.where(action == 1, 1.0, -1.0).astype(np.float32) + self.rng.normal(0, 0.1, self.num_envs).astype(np.float32)
         self.t += 1
         done = (np.abs(self.x) >= 5) | (self.t >= 50)
@@ -51,8 +53,8 @@ def run(path: str, steps: int = 500, num_envs: int = 4, backend: str = "memmap")
         for _ in range(steps):
             action = env.rng.integers(0, 2, num_envs)
             next_state, reward, done = env.step(action)
-            buf.add(state, action, reward, next_state, done)
-            state = next_state
+            buf.add(state, action, reward, next_state, done)  # next_state: the true final one at an end
+            state = env.observe()  # where an episode ended, the new episode's first state
         print(f"added {steps} steps: size={buf.size} seen_size={buf.seen_size} head={buf.head} (the ring wrapped)")
         batch = buf.sample()
         print(f"sampled slots {buf.batch_idxs.tolist()}")
