@@ -358,14 +358,20 @@ def histograms(buf: DiskReplay, ranges: dict, bins: int = BINS, *, start: int | 
 
 def bin_edges(lo: float, hi: float, integer: bool, bins: int = BINS) -> np.ndarray:
     """Edges of histogram bins over ``[lo, hi]``: ``bins`` equal ones, or for integer data
-    bins ``width`` whole values wide with edges at half-integers."""
+    bins ``width`` whole values wide with edges at half-integers. The width divides the
+    number of values where one gives between ``bins / 2`` and ``2 * bins`` bins (uint8
+    0..255: 64 bins of 4), so the last bin is not short of values (a dip that is no data's)."""
     if not integer:
         if lo == hi:
             lo, hi = lo - 0.5, hi + 0.5
         return np.linspace(lo, hi, bins + 1)
     lo, hi = math.floor(lo), math.ceil(hi)
-    width = max(1, math.ceil((hi - lo + 1) / bins))
-    n = math.ceil((hi - lo + 1) / width)
+    values = hi - lo + 1
+    width = max(1, math.ceil(values / bins))
+    whole = [n for n in range(max(1, bins // 2), 2 * bins + 1) if n <= values and values % n == 0]
+    if whole:
+        width = values // min(whole, key=lambda n: abs(math.log(n / bins)))
+    n = math.ceil(values / width)
     return lo - 0.5 + width * np.arange(n + 1, dtype=np.float64)
 
 

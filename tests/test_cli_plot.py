@@ -42,6 +42,6 @@ def test_plot_of_eight_envs_is_one_series_with_a_band(tmp_path, monkeypatch):
     hist = {ax.get_title(): ax for ax in fig.axes[1:]}
     assert set(hist) == {"states", "actions", "rewards", "dones"}
     widths = {round(p.get_width(), 9) for p in hist["states"].patches}
-    assert widths == {6.0}  # uint8 0..255: bins 6 whole values wide, never 5.1
+    assert widths == {4.0}  # uint8 0..255: 64 bins of 4 whole values, never 5.1, none short
     assert {round(p.get_width(), 9) for p in hist["actions"].patches} == {1.0}
     assert sum(p.get_height() for p in hist["states"].patches) == 4000 * 4

@@ -117,8 +117,8 @@ def test_histograms(tmp_path, backend):
         ranges = {name: (s["min"], s["max"]) for name, s in stats["fields"].items()}
         hists = histograms(buf, dict(ranges, rewards=(1.0, 1.0)), bins=4)
         assert histograms(buf, {"actions": (None, None)}) == {}  # a field without finite values
-    counts, edges = hists["actions"]  # int64 1..14 in 4 bins: 4 whole values each, centred on integers
-    assert edges.tolist() == [0.5, 4.5, 8.5, 12.5, 16.5] and counts.tolist() == [4, 4, 4, 2]
+    counts, edges = hists["actions"]  # int64 1..14 near 4 bins: 7 of 2 whole values, centred on integers
+    assert edges.tolist() == [0.5, 2.5, 4.5, 6.5, 8.5, 10.5, 12.5, 14.5] and counts.tolist() == [2] * 7
     counts, edges = hists["dones"]  # bool: one bin per value
     assert edges.tolist() == [-0.5, 0.5, 1.5] and counts.tolist() == [11, 3]
     counts, edges = hists["rewards"]  # an empty range is widened to one unit
@@ -126,11 +126,16 @@ def test_histograms(tmp_path, backend):
 
 
 def test_integer_bins_never_alias():
-    # uint8 0..255 in 50 float bins would give some bins 6 values and others 5.
+    # uint8 0..255 in 50 float bins would give some bins 6 values and others 5; bins 6 wide
+    # leave the last one 4 values (a dip no data has): 64 bins of 4, every one full.
     edges = bin_edges(0, 255, integer=True)
-    assert len(edges) - 1 == 43 and np.all(np.diff(edges) == 6) and edges[0] == -0.5
-    counts = np.histogram(np.arange(256), edges)[0]
-    assert counts[:-1].tolist() == [6] * 42 and counts[-1] == 4
+    assert len(edges) - 1 == 64 and np.all(np.diff(edges) == 4) and edges[0] == -0.5 and edges[-1] == 255.5
+    assert np.histogram(np.arange(256), edges)[0].tolist() == [4] * 64
+    for lo, hi in ((-128, 127), (0, 65535), (0, 99), (1, 14)):
+        counts = np.histogram(np.arange(lo, hi + 1), bin_edges(lo, hi, integer=True))[0]
+        assert len(set(counts.tolist())) == 1 and 25 <= len(counts) <= 100 or hi == 14, (lo, hi, counts)
+    edges = bin_edges(0, 250, integer=True)  # 251 values, a prime: no width divides them
+    assert len(edges) - 1 == 42 and np.all(np.diff(edges) == 6)
     assert bin_edges(3, 7, integer=True).tolist() == [2.5, 3.5, 4.5, 5.5, 6.5, 7.5]
     assert bin_edges(0.0, 1.0, integer=False, bins=4).tolist() == [0, 0.25, 0.5, 0.75, 1]
 
