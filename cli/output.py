@@ -244,7 +244,15 @@ def cli_message(message: str, command: str | None = None) -> str:
     for api, flag, commands in CLI_TERMS:
         if commands is None or command in commands:
             message = re.sub(api, flag, message)
+    for internal, plain in HDF5_REASONS:
+        message = re.sub(internal, plain, message)
     return HDF5_CALL.sub(r"\g<why>", message)
+
+
+# HDF5's reasons that name its internals, in plain words.
+HDF5_REASONS = ((r"truncated file: eof = (\d+), sblock->base_addr = \d+, stored_eof = (\d+)",
+                 r"truncated: \1 of its \2 bytes"),
+                (r"actual len exceeds EOA", "its size does not match the end its header records"))
 
 
 # What to do when a command runs out of memory, in the flags it has.

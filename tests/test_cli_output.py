@@ -187,6 +187,36 @@ def test_damaged_hdf5_files_are_named_without_hdf5_internals(tmp_path):
         text = p.stdout + p.stderr
         assert "data.h5 is not a readable HDF5 file (file signature not found)" in text, text
         assert "Unable to" not in text and "Traceback" not in text
+    with open(path / "data.h5", "r+b") as f:
+        f.write(b"\x89HDF\r\n\x1a\n")  # the signature back, then the file cut short
+        f.truncate(4000)
+    for command in ("stats", "verify"):
+        p = subprocess.run([str(ENTRY), command, str(path)], capture_output=True, text=True, timeout=120)
+        text = p.stdout + p.stderr
+        assert p.returncode == 1 and "data.h5" in text and "truncated: 4000 of its" in text, text
+        for internal in ("sblock", "eof =", "Unable to", "Traceback"):
+            assert internal not in text, text
+
+
+def test_damage_anywhere_in_an_hdf5_store_is_an_error_line(tmp_path):
+    """Bytes overwritten anywhere in data.h5's first pages (superblock, object headers, heaps):
+    each command either reads what is left or exits 1 naming the file, never a traceback."""
+    path = tmp_path / "h.replay"
+    with DiskReplay.create(path, 10, backend="hdf5", fields=FIELDS) as buf:
+        buf.add(np.zeros(2, np.float32), 0, 1.0, np.zeros(2, np.float32), False)
+    good = (path / "data.h5").read_bytes()
+    failed = 0
+    for offset in range(64, 4096, 64):
+        (path / "data.h5").write_bytes(good[:offset] + b"\xff" * 64 + good[offset + 64:])
+        for command in ("stats", "show"):
+            r = invoke(command, path)  # an exception other than SystemExit is raised here
+            assert r.exit_code in (0, 1), (offset, command, r.output)
+            if r.exit_code:
+                failed += 1
+                assert r.stderr.startswith("Error: ") and "data.h5" in r.stderr, (offset, r.stderr)
+                for internal in ("Unable to", "sblock", "EOA"):
+                    assert internal not in r.stderr, (offset, r.stderr)
+    assert failed  # the damage was seen
 
 
 def test_os_error_message_unit():

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 
 import numpy as np
 
@@ -65,6 +66,10 @@ class HDF5Backend(Backend):
         try:
             for name, spec in fields.items():
                 offsets[name] = _checked_offset(h5py, f, path, name, (max_size,) + spec.shape, spec.dtype)
+        except (KeyError, ValueError, RuntimeError, OSError) as exc:  # h5py's errors on a damaged file
+            reason = exc.args[0] if exc.args and isinstance(exc.args[0], str) else str(exc)
+            reason = re.sub(r"^Unable to (synchronously )?[a-z ]+? \((.*)\)$", r"\2", reason)
+            raise CorruptStoreError(f"{path}: its HDF5 structure cannot be read ({reason})") from exc
         finally:
             f.close()
         size = os.stat(path).st_size
