@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import io
 import os
+import tokenize
 
 import numpy as np
 
@@ -54,6 +55,8 @@ def read_npy_header(path: str) -> tuple[tuple, np.dtype, int]:
                     raise ValueError(f"unsupported .npy version {version}")
             except (ValueError, SyntaxError, TypeError, EOFError, KeyError) as exc:
                 raise CorruptStoreError(f"{path} is not a valid .npy file: {exc}") from exc
+            except tokenize.TokenError as exc:  # numpy tokenizes the header's dict; damage can cut it open
+                raise CorruptStoreError(f"{path} is not a valid .npy file: its header is damaged") from exc
             if fortran:
                 raise CorruptStoreError(f"{path} is stored in Fortran order; expected C order")
             return tuple(shape), dtype, f.tell()

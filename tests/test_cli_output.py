@@ -219,6 +219,19 @@ def test_damage_anywhere_in_an_hdf5_store_is_an_error_line(tmp_path):
     assert failed  # the damage was seen
 
 
+@pytest.mark.parametrize("name", ["states.npy", "rewards.npy", "rowsums.npy", "ns_buffer.npy"])
+def test_a_damaged_npy_header_is_an_error_line(tmp_path, name):
+    path = tmp_path / "m.replay"
+    with DiskReplay.create(path, 10, fields=FIELDS) as buf:
+        buf.add(np.zeros(2, np.float32), 0, 1.0, np.zeros(2, np.float32), False)
+    with open(path / name, "r+b") as f:
+        f.seek(64)
+        f.write(b"\xff" * 64)  # inside the header's dict: numpy's tokenizer meets an open bracket
+    for command in ("info", "show", "stats", "verify"):
+        r = invoke(command, path)
+        assert r.exit_code == 1 and name in r.output and "header" in r.output, (command, r.output)
+
+
 def test_os_error_message_unit():
     from diskreplay import StoreIOError
     from diskreplay.cli.output import os_error_message, user_path
