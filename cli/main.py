@@ -6,13 +6,12 @@ Each one parses its arguments, makes one library call and renders the result (cl
 from __future__ import annotations
 
 import dataclasses
-import functools
 import os
 import sys
 
 import click
 
-from diskreplay import DiskReplay, DiskReplayError, IndexOutOfRangeError, InvalidArgumentError
+from diskreplay import DiskReplay
 from diskreplay.backends import BACKENDS
 from diskreplay.episodereader import EpisodeReader
 from diskreplay.export import FORMATS, check_output_path, export_store, format_for
@@ -20,9 +19,9 @@ from diskreplay.stats import compute_stats
 from diskreplay.verify import verify_store
 from diskreplay.views import batch_keys, read_block, sample_batch, snapshot, store_info
 
-from .output import (check_output, cli_message, closed_pipe, echo_json, echo_lines, fmt_numbers, kv_lines,
-                     note_overtaken, os_error_message, out_of_memory_message, parse_fields, parse_indices, positions,
-                     progress, returns_line, rows_table, table, terminal_width)
+from .output import (check_output, cli_message, echo_json, echo_lines, fmt_numbers, handle_errors, kv_lines,
+                     note_overtaken, parse_fields, parse_indices, positions, progress, returns_line, rows_table, table,
+                     terminal_width)
 from .plot import load_pyplot, plot_format, plot_store
 from .watch import watch_store
 
@@ -36,31 +35,6 @@ def range_options(func):
                         help="First chronological position (0 = oldest; negative counts from the newest).")(func)
     return click.option("--last", type=click.IntRange(min=0), metavar="N",
                         help="Only the newest N transitions.")(func)
-
-
-def handle_errors(func):
-    """Library errors become ``Error: ...`` on stderr in the command line's terms, without a
-    traceback: exit 2 for a bad argument (InvalidArgumentError, an index outside the store,
-    as for click's own checks), else exit 1. A closed pipe (``| head``) ends quietly (141)."""
-
-    @functools.wraps(func)
-    def wrapper(*args, **kwargs):
-        ctx = click.get_current_context(silent=True)
-        name = ctx.info_name if ctx is not None else None
-        try:
-            return func(*args, **kwargs)
-        except BrokenPipeError:
-            closed_pipe()
-        except (InvalidArgumentError, IndexOutOfRangeError) as exc:
-            raise click.UsageError(cli_message(str(exc), name), ctx=ctx) from None
-        except OSError as exc:  # the library's StoreIOError and the like too
-            raise click.ClickException(os_error_message(exc)) from None
-        except MemoryError:
-            raise click.ClickException(out_of_memory_message(name)) from None
-        except DiskReplayError as exc:
-            raise click.ClickException(cli_message(str(exc), name)) from None
-
-    return wrapper
 
 
 def open_reader(path: str) -> DiskReplay:
@@ -119,10 +93,10 @@ def info(path: str, as_json: bool) -> None:
 @main.command()
 @click.argument("path", type=click.Path())
 @click.argument("more", nargs=-1, type=str, metavar="[I ...]")
-@click.option("--head", "head", type=click.IntRange(min=0), help="The oldest N transitions.")
-@click.option("--tail", "tail", type=click.IntRange(min=0),
+@click.option("--head", "head", type=click.IntRange(min=0), metavar="N", help="The oldest N transitions.")
+@click.option("--tail", "tail", type=click.IntRange(min=0), metavar="N",
               help=f"The newest N transitions (the default, N={SHOW_DEFAULT}).")
-@click.option("--index", "index", multiple=True,
+@click.option("--index", "index", multiple=True, metavar="I",
               help="Slot indices in [0, size): --index 3 4 5, or --index 3,4,5.")
 @click.option("--env", "env", type=click.IntRange(min=0), metavar="E",
               help="Only env E's transitions (--head/--tail then count those).")
@@ -254,12 +228,14 @@ def episodes(path: str, last, start, stop, env, as_json: bool) -> None:
 # ---------------------------------------------------------------- sample
 @main.command()
 @click.argument("path", type=click.Path())
-@click.option("-n", "n", type=click.IntRange(min=1), help="Batch size (default: the store's batch_size).")
-@click.option("--seed", type=click.IntRange(min=0),
+@click.option("-n", "n", type=click.IntRange(min=1), metavar="N",
+              help="Batch size N (default: the store's batch_size).")
+@click.option("--seed", type=click.IntRange(min=0), metavar="S",
               help="Draw indices with an own generator seeded with S (reproducible).")
-@click.option("--n-step", "n_step", type=int, default=1, show_default=True,
+@click.option("--n-step", "n_step", type=int, default=1, show_default=True, metavar="N",
               help="n-step returns over up to N transitions of each env (adds discounts).")
-@click.option("--gamma", type=float, default=0.99, show_default=True, help="Discount of the n-step returns.")
+@click.option("--gamma", type=float, default=0.99, show_default=True, metavar="G",
+              help="Discount G of the n-step returns.")
 @click.option("--json", "as_json", is_flag=True, help="Print the batch as a JSON dict of lists.")
 @handle_errors
 def sample(path, n, seed, n_step, gamma, as_json) -> None:
@@ -317,14 +293,13 @@ def verify(path: str, as_json: bool) -> None:
 @click.argument("out", type=click.Path())
 @click.option("--format", "fmt", type=click.Choice(list(FORMATS)),
               help="Output format (default: from OUT's suffix, .h5/.hdf5 for HDF5, else npz).")
-@click.option("--start", type=int, help="First chronological position (0 = oldest; negative counts from the newest).")
-@click.option("--stop", type=int, help="Position after the last one (default: size).")
+@range_options
 @click.option("--dataset-id", help="minari: the dataset's id, NAME-vN (default: the store's name, -v0).")
 @click.option("--include-incomplete", is_flag=True,
               help="minari: keep episodes the ring cut or that have not ended (skipped and counted by default).")
 @click.option("--overwrite", is_flag=True, help="Replace OUT (minari: the dataset in OUT) if it exists.")
 @handle_errors
-def export(path, out, fmt, start, stop, dataset_id, include_incomplete, overwrite) -> None:
+def export(path, out, fmt, last, start, stop, dataset_id, include_incomplete, overwrite) -> None:
     """Export the transitions of the store at PATH to OUT, oldest first.
 
     npz and hdf5: the arrays states, actions, rewards, next_states, dones, any extras
@@ -339,10 +314,13 @@ def export(path, out, fmt, start, stop, dataset_id, include_incomplete, overwrit
     OUT/DATASET_ID, loaded by minari.load_dataset(DATASET_ID) with
     MINARI_DATASETS_PATH=OUT. Needs pip install 'diskreplay[minari]'.
 
-    Every format streams: memory stays flat whatever the store's size.
+    Every format streams: memory stays flat whatever the store's size. Beside a live
+    writer, rows it overwrote before they were read are left out and counted on stderr
+    (--last N reads fewer, so fewer are lost).
 
-    Example: diskreplay export runs/pong.replay pong.h5 --start -1000
+    Example: diskreplay export runs/pong.replay pong.h5 --last 1000
     """
+    start, stop = positions(last, start, stop)
     out = check_output_path(out)  # never inside a store, before anything else is looked at
     fmt = format_for(out, fmt)
     if fmt != "minari":

@@ -5,11 +5,14 @@ Nothing here reads a store; the commands get their data from the library and ren
 The output rules live here: tables fit the terminal (80 columns when stdout is not one),
 a cut cell ends in ``…`` (never ``~``, which marks an approximate mean), columns that do
 not fit are left out with a note on stderr, JSON has the same keys whatever the data,
-and errors speak in the command line's terms (``--overwrite``, not ``overwrite=True``).
+errors speak in the command line's terms (``--overwrite``, not ``overwrite=True``), and
+exit codes say what went wrong (:func:`handle_errors`: 1 a store problem, 2 a bad
+argument, 141 a closed pipe).
 """
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import math
 import os
@@ -22,7 +25,7 @@ import textwrap
 import click
 import numpy as np
 
-from diskreplay import DiskReplayError
+from diskreplay import DiskReplayError, IndexOutOfRangeError, InvalidArgumentError
 
 
 # ---------------------------------------------------------------- arguments
@@ -313,6 +316,31 @@ def os_error_message(exc: OSError) -> str:
     if filename:
         return f"{user_path(filename)}: {reason}"
     return reason
+
+
+def handle_errors(func):
+    """Library errors become ``Error: ...`` on stderr in the command line's terms, without a
+    traceback: exit 2 for a bad argument (InvalidArgumentError, an index outside the store,
+    as for click's own checks), else exit 1. A closed pipe (``| head``) ends quietly (141)."""
+
+    @functools.wraps(func)
+    def wrapper(*args, **kwargs):
+        ctx = click.get_current_context(silent=True)
+        name = ctx.info_name if ctx is not None else None
+        try:
+            return func(*args, **kwargs)
+        except BrokenPipeError:
+            closed_pipe()
+        except (InvalidArgumentError, IndexOutOfRangeError) as exc:
+            raise click.UsageError(cli_message(str(exc), name), ctx=ctx) from None
+        except OSError as exc:  # the library's StoreIOError and the like too
+            raise click.ClickException(os_error_message(exc)) from None
+        except MemoryError:
+            raise click.ClickException(out_of_memory_message(name)) from None
+        except DiskReplayError as exc:
+            raise click.ClickException(cli_message(str(exc), name)) from None
+
+    return wrapper
 
 
 # ---------------------------------------------------------------- progress

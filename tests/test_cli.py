@@ -360,6 +360,12 @@ def test_export(store, run, tmp_path):
     # Positions work as Python slices: the README's --start -1000 on a 10-row store is all of it.
     r = run("export", store, tmp_path / "all.h5", "--start", -1000)
     assert r.code == 0 and "exported 10 transitions" in r.out
+    # --last N, as stats and plot take it: beside a live writer, fewer rows to lose.
+    r = run("export", store, tmp_path / "last.npz", "--last", 4)
+    assert r.code == 0 and "exported 4 transitions" in r.out
+    with np.load(tmp_path / "last.npz") as z:
+        assert z["actions"].tolist() == [13, 14, 15, 16]
+    assert run("export", store, tmp_path / "l.npz", "--last", 4, "--start", 1).code == 2
 
 
 # ---------------------------------------------------------------- plot

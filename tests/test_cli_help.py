@@ -32,3 +32,12 @@ def test_verify_help_tells_that_rows_are_checksummed():
     text = help_text("verify")
     assert not re.search(r"no (per-row )?checksums?|unseen", text, re.IGNORECASE), text
     assert "CRC-32" in text and "rowsums.npy" in text
+
+
+def test_options_show_the_names_their_help_uses():
+    text = help_text("sample")
+    for shown in ("-n N ", "--seed S ", "--n-step N ", "--gamma G "):
+        assert shown in text, (shown, text)
+    text = help_text("show")
+    for shown in ("--head N ", "--tail N ", "--index I ", "--env E "):
+        assert shown in text, (shown, text)
