@@ -191,8 +191,14 @@ def rows_table(slots, batch: dict, keys: list[str], *, transitions=None, envs=No
     """A table of transitions: their slot (and transition number ``t`` and ``env`` when
     given), then one column per key."""
     lead = [("slot", slots)] + [(name, col) for name, col in (("t", transitions), ("env", envs)) if col is not None]
-    cols = [np.asarray(col).tolist() for _, col in lead]
-    rows = [[str(c[i]) for c in cols] + [fmt_value(batch[k][i]) for k in keys] for i in range(len(cols[0]))]
+    cols = [[str(v) for v in np.asarray(col).tolist()] for _, col in lead]
+    for k in keys:
+        col = np.asarray(batch[k])
+        if col.ndim == 1 and col.dtype.kind == "f":  # a column of numbers: the digits that tell them apart
+            cols.append(fmt_numbers(col.astype(np.float64).tolist()))
+        else:
+            cols.append([fmt_value(v) for v in batch[k]])
+    rows = [[c[i] for c in cols] for i in range(len(cols[0]))]
     return table([name for name, _ in lead] + keys, rows, right=set(range(len(lead))))
 
 

@@ -63,6 +63,15 @@ def test_numbers_get_the_digits_that_tell_them_apart():
     assert fmt_numbers([1.0000001, 1.0000002]) == ["1.0000001", "1.0000002"]
 
 
+def test_show_tells_neighbouring_values_apart(tmp_path):
+    path = tmp_path / "d.replay"
+    with DiskReplay.create(path, 10, seed=0, fields=FIELDS) as buf:
+        for r in (123456.0, 123456.5, 123457.0):
+            buf.add(np.zeros(2, np.float32), 0, np.float32(r), np.zeros(2, np.float32), False)
+    out = invoke("show", path, "--fields", "rewards").stdout.splitlines()
+    assert [line.split()[-1] for line in out[1:]] == ["123456", "123456.5", "123457"], out
+
+
 def test_a_closed_pipe_ends_quietly(wide):
     p = subprocess.Popen([str(ENTRY), "show", str(wide), "--tail", "2000", "--fields", "states,actions"],
                          stdout=subprocess.PIPE,
