@@ -136,7 +136,8 @@ def show(path, more, head, tail, index, env, fields, as_json) -> None:
     elif len(block.slots) == 0:
         click.echo("(no rows)")
     else:
-        echo_lines(rows_table(block.slots, block.batch, keys, transitions=block.transitions, envs=envs))
+        echo_lines(rows_table(block.slots, block.batch, keys, transitions=block.transitions, envs=envs,
+                              choose="--fields"))
 
 
 # ---------------------------------------------------------------- stats

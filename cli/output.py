@@ -153,11 +153,12 @@ def terminal_width() -> int:
     return max(MIN_WIDTH, shutil.get_terminal_size((80, 24)).columns)
 
 
-def table(header: list[str], rows: list[list[str]], width: int | None = None, right: set | None = None
-          ) -> list[str]:
+def table(header: list[str], rows: list[list[str]], width: int | None = None, right: set | None = None,
+          choose: str | None = None) -> list[str]:
     """Aligned lines no wider than ``width`` (default :func:`terminal_width`): the widest
     columns are cut (a cut cell ends in ``…``) down to their header's width (at least 4);
-    columns that still do not fit are left out, from the right, with a note on stderr."""
+    columns that still do not fit are left out, from the right, with a note on stderr
+    naming the command's option that chooses columns (``choose``), if it has one."""
     width = terminal_width() if width is None else width
     right = right or set()
     ncol = len(header)
@@ -166,8 +167,10 @@ def table(header: list[str], rows: list[list[str]], width: int | None = None, ri
     while ncol > 1 and sum(floors[:ncol]) + 2 * (ncol - 1) > width:
         ncol -= 1
     if ncol < len(header):
-        click.echo(f"note: {len(header) - ncol} columns left out to fit {width} columns "
-                   f"({', '.join(header[ncol:])}); choose columns with --fields, or use --json", err=True)
+        left = len(header) - ncol
+        how = f"choose columns with {choose}, or use --json" if choose else "use --json, or a wider terminal"
+        click.echo(f"note: {left} column{'s' if left > 1 else ''} left out to fit {width} columns "
+                   f"({', '.join(header[ncol:])}); {how}", err=True)
         header, rows = header[:ncol], [r[:ncol] for r in rows]
         widths = widths[:ncol]
     budget = width - 2 * (ncol - 1)
@@ -187,7 +190,8 @@ def table(header: list[str], rows: list[list[str]], width: int | None = None, ri
     return lines
 
 
-def rows_table(slots, batch: dict, keys: list[str], *, transitions=None, envs=None) -> list[str]:
+def rows_table(slots, batch: dict, keys: list[str], *, transitions=None, envs=None, choose: str | None = None
+               ) -> list[str]:
     """A table of transitions: their slot (and transition number ``t`` and ``env`` when
     given), then one column per key."""
     lead = [("slot", slots)] + [(name, col) for name, col in (("t", transitions), ("env", envs)) if col is not None]
@@ -199,7 +203,7 @@ def rows_table(slots, batch: dict, keys: list[str], *, transitions=None, envs=No
         else:
             cols.append([fmt_value(v) for v in batch[k]])
     rows = [[c[i] for c in cols] for i in range(len(cols[0]))]
-    return table([name for name, _ in lead] + keys, rows, right=set(range(len(lead))))
+    return table([name for name, _ in lead] + keys, rows, right=set(range(len(lead))), choose=choose)
 
 
 def kv_lines(pairs: list[tuple[str, object]], width: int | None = None) -> list[str]:

@@ -48,6 +48,11 @@ def test_tables_fit_the_terminal_and_say_what_they_left_out(wide):
         assert max(len(line) for line in r.stdout.splitlines()) <= width
     r = invoke("show", wide, "--tail", 3, env={"COLUMNS": "80"})
     assert "columns left out to fit 80 columns" in r.stderr and "--fields" in r.stderr
+    for command in ("sample", "episodes", "stats"):  # no --fields to suggest there
+        narrow = invoke(command, wide, env={"COLUMNS": "40"})
+        tables = narrow.stdout.split("\n\n")[0].splitlines()[1 if command == "stats" else 0:]  # not the prose
+        assert narrow.exit_code == 0 and max(len(line) for line in tables) <= 40, narrow.stdout
+        assert "--fields" not in narrow.stderr and " 1 columns" not in narrow.stderr, narrow.stderr
     assert r.stdout.splitlines()[0].split()[:3] == ["slot", "t", "env"]
 
 
