@@ -249,7 +249,8 @@ def returns_line(ep: dict) -> str:
 # ---------------------------------------------------------------- errors
 # (API term, CLI term, the commands it applies to: None for all)
 CLI_TERMS = ((r"overwrite=True", "--overwrite", None), (r"DiskReplay\.open\(\) to resume it", "another path", None),
-             (r"\bbatch_size\b", "-n", {"sample"}), (r"\bn_step\b", "--n-step", {"sample"}))
+             (r"\bbatch_size\b", "-n", {"sample"}), (r"\bn_step\b", "--n-step", {"sample"}),
+             (r"^env must", "--env must", {"show", "episodes"}))
 
 
 def cli_message(message: str, command: str | None = None) -> str:

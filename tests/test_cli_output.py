@@ -150,6 +150,9 @@ def test_errors_speak_in_flags(tmp_path, wide):
         assert r.exit_code == 2 and "--n-step" in r.stderr and "n_step" not in r.stderr, r.stderr
     r = invoke("show", wide, "--index", "")
     assert r.exit_code == 2 and "no slot index" in r.stderr
+    for command in ("show", "episodes"):
+        r = invoke(command, wide, "--env", 3)
+        assert r.exit_code == 2 and "Error: --env must" in r.stderr, r.stderr
 
 
 def test_out_of_memory_names_the_commands_own_flags(wide, monkeypatch):
