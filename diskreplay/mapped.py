@@ -20,6 +20,14 @@ from .errors import CorruptStoreError
 from .fsutil import close_fd, io_error
 
 
+def why_unmappable(exc: OSError, size: int) -> str:
+    """Why a file could not be mapped, in the user's terms: an address-space limit (``ulimit
+    -v``, which counts mappings, not memory used) or a file that cannot be mapped."""
+    if exc.errno == errno.ENOMEM:
+        return f"its {size} bytes do not fit in the address space the limit leaves: ulimit -v"
+    return "is it a regular file on a local filesystem?"
+
+
 class MappedFile:
     """One file mapped whole, shared, read-only or read-write."""
 
@@ -42,7 +50,7 @@ class MappedFile:
             try:
                 self.mm = mmap.mmap(self.fd, self.size, mmap.MAP_SHARED, prot)
             except OSError as exc:
-                raise io_error(f"memory-mapping {path} (is it a regular file on a local filesystem?)", exc) from exc
+                raise io_error(f"memory-mapping {path} ({why_unmappable(exc, self.size)})", exc) from exc
         except BaseException:
             os.close(self.fd)
             raise
@@ -92,7 +100,7 @@ class MappedFile:
             self.rmm = mmap.mmap(self.read_fd, self.size, mmap.MAP_SHARED, mmap.PROT_READ)
         except OSError as exc:
             self._close_gather_view()
-            raise io_error(f"mapping {self.path} for reading", exc) from exc
+            raise io_error(f"mapping {self.path} for reading ({why_unmappable(exc, self.size)})", exc) from exc
         if hasattr(mmap, "MADV_RANDOM"):
             self.rmm.madvise(mmap.MADV_RANDOM)
 

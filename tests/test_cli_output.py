@@ -249,6 +249,24 @@ def test_a_damaged_npy_header_is_an_error_line(tmp_path, name):
         assert r.exit_code == 1 and name in r.output and "header" in r.output, (command, r.output)
 
 
+def test_an_address_space_limit_is_named_when_a_map_fails(tmp_path, monkeypatch):
+    """ulimit -v counts mappings: a store larger than it leaves cannot be mapped, and the
+    error says so instead of asking whether the file is on a local filesystem."""
+    import errno
+    import mmap
+
+    path = tmp_path / "m.replay"
+    with DiskReplay.create(path, 10, fields=FIELDS) as buf:
+        buf.add(np.zeros(2, np.float32), 0, 1.0, np.zeros(2, np.float32), False)
+
+    def no_room(*args, **kwargs):
+        raise OSError(errno.ENOMEM, "Cannot allocate memory")
+
+    monkeypatch.setattr(mmap, "mmap", no_room)
+    r = invoke("stats", path)
+    assert r.exit_code == 1 and "ulimit -v" in r.stderr and "local filesystem" not in r.stderr, r.stderr
+
+
 def test_os_error_message_unit():
     from diskreplay import StoreIOError
     from diskreplay.cli.output import os_error_message, user_path
