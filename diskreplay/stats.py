@@ -180,7 +180,7 @@ class Episodes:
             rewards = np.asarray(rewards, np.float64).reshape(len(transitions), -1).sum(axis=1)
         ends = np.asarray(ends).reshape(len(transitions), -1).any(axis=1)
         for t, env, r, d in zip(transitions.tolist(), envs.tolist(), rewards.tolist(), ends.tolist()):
-            self.running[env] += r
+            self.running[env] = float(self.running[env]) + r  # Python floats: inf - inf is nan, unwarned
             if d:
                 self.dones[env] += 1
                 if self.started[env]:

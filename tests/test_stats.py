@@ -140,6 +140,17 @@ def test_integer_bins_never_alias():
     assert bin_edges(0.0, 1.0, integer=False, bins=4).tolist() == [0, 0.25, 0.5, 0.75, 1]
 
 
+def test_infinities_of_both_signs_in_one_episode_warn_nothing(tmp_path):
+    with DiskReplay.create(tmp_path / "inf.replay", 20, seed=0, fields=FIELDS) as buf:
+        for t, r in enumerate([np.inf, -np.inf, 1.0, 2.0]):
+            buf.add(np.zeros(2, np.float32), t, np.float32(r), np.zeros(2, np.float32), t in (1, 3))
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # a RuntimeWarning would reach the CLI's stderr
+            ep = compute_stats(buf)["episodes"]
+    assert (ep["complete_episodes"], ep["finite_returns"], ep["nonfinite_returns"]) == (2, 1, 1)
+    assert ep["return_mean"] == 3.0
+
+
 def test_returns_over_finite_episodes(tmp_path):
     with DiskReplay.create(tmp_path / "nan.replay", 20, seed=0, fields=FIELDS) as buf:
         rewards = [1.0, np.nan, 2.0, 3.0, 4.0, np.inf, 5.0]
