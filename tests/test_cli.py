@@ -505,7 +505,15 @@ def test_info_and_show_beside_a_live_writer(tmp_path, run, backend):
             assert (npz["states"][:, 0] == actions).all() and (np.diff(actions) > 0).all()
             assert (npz["next_states"][:, 0] == actions + 1).all() and len(npz["slots"]) == len(actions)
         assert run("plot", path, path.parent / "live.png").code == 0
+        assert run("plot", path, path.parent / "live.pdf", "--last", 20).code == 0
         assert run("verify", path).code == 0
+        r = run("episodes", path, "--json")  # episodes of 10 transitions: rows overtaken cut them, never mix
+        assert r.code == 0 and all(ep["length"] <= 10 for ep in r.json()) and all(
+            ep["length"] == 10 and ep["last"] % 10 == 0 for ep in r.json() if ep["complete"]), r
+        r = run("export", path, path.parent / "last.npz", "--last", 20)
+        assert r.code == 0, r
+        with np.load(path.parent / "last.npz") as npz:
+            assert (npz["states"][:, 0] == npz["actions"]).all() and len(npz["actions"]) <= 20
     finally:
         writer.kill()
         writer.wait()
