@@ -24,6 +24,8 @@ import zlib
 
 import numpy as np
 
+from .outfile import WriteBehind, pwrite_all
+
 COPY_BYTES = 16 << 20
 _LOCAL = struct.Struct("<IHHHHHIIIHH")  # local file header, without name and extra field
 _CENTRAL = struct.Struct("<IHHHHHHIIIHHHHHII")  # central directory header
@@ -79,6 +81,7 @@ class NpzWriter:
         for member in self.members.values():
             offset = member.place(offset, rows)
         self.fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+        self.out = WriteBehind(self.fd)
 
     def append(self, key: str, values) -> None:
         """Write the next rows of ``key`` (an array of whole rows of its shape and dtype)."""
@@ -90,7 +93,7 @@ class NpzWriter:
                              f"{self.capacity - member.rows} rows of {member.shape}")
         view = memoryview(arr.reshape(-1).view(np.uint8))
         member.crc = zlib.crc32(view, member.crc)
-        _pwrite_all(self.fd, view, member.data + member.rows * member.row_bytes)
+        self.out.write(view, member.data + member.rows * member.row_bytes)
         member.rows += n
 
     def finish(self) -> None:
@@ -110,7 +113,7 @@ class NpzWriter:
             extra = struct.pack("<HHQQ", 1, 16, m.size, m.size)
             local = _LOCAL.pack(0x04034B50, _VERSION, 0, 0, dos_time, dos_date, m.crc, _FULL32, _FULL32,
                                 len(m.name), len(extra))
-            _pwrite_all(self.fd, memoryview(local + m.name + extra + m.header), m.offset)
+            pwrite_all(self.fd, memoryview(local + m.name + extra + m.header), m.offset)
             extra = struct.pack("<HHQQQ", 1, 24, m.size, m.size, m.offset)
             central.append(_CENTRAL.pack(0x02014B50, _VERSION, _VERSION, 0, 0, dos_time, dos_date, m.crc,
                                          _FULL32, _FULL32, len(m.name), len(extra), 0, 0, 0, 0o644 << 16,
@@ -124,7 +127,7 @@ class NpzWriter:
                 + _ZIP64_LOCATOR.pack(0x07064B50, 0, zip64_end, 1)
                 + _END.pack(0x06054B50, 0, 0, min(n, 0xFFFF), min(n, 0xFFFF), min(len(directory), _FULL32),
                             _FULL32, 0))
-        _pwrite_all(self.fd, memoryview(tail), end)
+        pwrite_all(self.fd, memoryview(tail), end)
         os.ftruncate(self.fd, end + len(tail))
 
     def _compact(self, rows: int) -> None:
@@ -142,7 +145,7 @@ class NpzWriter:
                     raise OSError(f"short read moving {member.name.decode()} in the npz being written")
                 crc = zlib.crc32(chunk, crc)
                 if member.data != old:
-                    _pwrite_all(self.fd, memoryview(chunk), member.data + done)
+                    pwrite_all(self.fd, memoryview(chunk), member.data + done)
                 done += len(chunk)
             member.crc = crc
 
@@ -156,9 +159,3 @@ class NpzWriter:
 
     def __exit__(self, *exc) -> None:
         self.close()
-
-
-def _pwrite_all(fd: int, view: memoryview, offset: int) -> None:
-    while len(view):
-        n = os.pwrite(fd, view, offset)
-        view, offset = view[n:], offset + n
