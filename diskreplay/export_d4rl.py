@@ -54,8 +54,10 @@ def provenance(buf, reader) -> dict:
 
 
 def _row_bytes(x: np.ndarray) -> np.ndarray:
+    """Each row's bytes, as 8-byte words where they divide evenly (compared 8x faster)."""
     x = np.ascontiguousarray(x)
-    return x.reshape(len(x), -1).view(np.uint8).reshape(len(x), -1)
+    rows = x.reshape(len(x), -1).view(np.uint8).reshape(len(x), -1)
+    return rows.view(np.uint64) if rows.shape[1] % 8 == 0 and rows.shape[1] else rows
 
 
 def _flags(values) -> np.ndarray:
@@ -117,7 +119,7 @@ def write_d4rl(buf, reader, tmp: str) -> int:
             envs = reader.snap.env(block.positions)
             states, nexts = _row_bytes(block.batch["states"]), _row_bytes(block.batch["next_states"])
             for i0 in range(min(n, len(block.positions))):
-                idx = np.arange(i0, len(block.positions), n)
+                idx = slice(i0, None, n)  # one env's rows: views, not copies
                 _write_env_rows(places, layout, streams[int(envs[i0])], block, idx, states, nexts, n)
         written = 0
         for stream in (streams or {}).values():
@@ -153,15 +155,17 @@ def _streams(reader) -> dict:
 
 def _write_env_rows(places, layout, stream: _EnvStream, block, idx, states, nexts, n: int) -> None:
     batch = block.batch
+    states, nexts, transitions = states[idx], nexts[idx], block.transitions[idx]
+    rows = len(transitions)
     terminals = _flags(batch["dones"][idx])
-    timeouts = _flags(batch[TRUNCATION_FIELD][idx]) if TRUNCATION_FIELD in batch else np.zeros(len(idx), bool)
+    timeouts = _flags(batch[TRUNCATION_FIELD][idx]) if TRUNCATION_FIELD in batch else np.zeros(rows, bool)
     # A next state that is not the env's next state starts a new episode: an end without termination.
-    jumps = np.zeros(len(idx), bool)
-    jumps[:-1] = (states[idx[1:]] != nexts[idx[:-1]]).any(axis=1)
+    jumps = np.zeros(rows, bool)
+    jumps[:-1] = (states[1:] != nexts[:-1]).any(axis=1)
     timeouts |= jumps & ~terminals
-    t0 = int(block.transitions[idx[0]])
+    t0 = int(transitions[0])
     if stream.last_t is not None and not stream.last_ended and (
-            t0 != stream.last_t + n or (states[idx[0]] != stream.last_next).any()):
+            t0 != stream.last_t + n or (states[0] != stream.last_next).any()):
         places["timeouts"].write(stream.base + stream.written - 1, _TRUE)  # a jump or a gap at the block's edge
     lo = stream.base + stream.written
     for name, (_, dtype, field) in layout.items():
@@ -172,11 +176,11 @@ def _write_env_rows(places, layout, stream: _EnvStream, block, idx, states, next
         else:
             values = batch[field][idx]
             if name == "rewards":
-                values = values.reshape(len(idx))
-        places[name].write(lo, np.asarray(values, dtype=dtype))
-    stream.written += len(idx)
-    stream.last_t = int(block.transitions[idx[-1]])
-    stream.last_next = nexts[idx[-1]].copy()
+                values = values.reshape(rows)
+        places[name].write(lo, values)  # converted to the dataset's dtype as it is copied out
+    stream.written += rows
+    stream.last_t = int(transitions[-1])
+    stream.last_next = nexts[-1].copy()
     stream.last_ended = bool(terminals[-1] or timeouts[-1])
 
 

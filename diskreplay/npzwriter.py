@@ -4,7 +4,8 @@
 a block together had to stage each key in a file of its own and copy it into the archive
 afterwards: the output written twice. In a stored (uncompressed) zip the size of every
 member is known before its data arrive, so each member gets its place up front and rows
-are written straight there (``os.pwrite``); the CRC-32 of each member is carried along,
+are written straight there (``os.pwrite``); the CRC-32 of each member is carried along
+(summed on a second thread while large rows are written),
 and the zip headers are written last. ZIP64 records throughout, so members may exceed
 4 GiB. When fewer rows came than announced (a live writer overtook some), the members
 are moved down over the gaps and given their true shapes before the headers are written.
@@ -16,6 +17,7 @@ are moved down over the gaps and given their true shapes before the headers are 
 """
 from __future__ import annotations
 
+import concurrent.futures
 import io
 import os
 import struct
@@ -27,6 +29,7 @@ import numpy as np
 from .outfile import WriteBehind, pwrite_all
 
 COPY_BYTES = 16 << 20
+PARALLEL_CRC_BYTES = 1 << 20
 _LOCAL = struct.Struct("<IHHHHHIIIHH")  # local file header, without name and extra field
 _CENTRAL = struct.Struct("<IHHHHHHIIIHHHHHII")  # central directory header
 _ZIP64_END = struct.Struct("<IQHHIIQQQQ")
@@ -82,6 +85,7 @@ class NpzWriter:
             offset = member.place(offset, rows)
         self.fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
         self.out = WriteBehind(self.fd)
+        self.summer = None  # a thread summing large rows while they are written (both release the GIL)
 
     def append(self, key: str, values) -> None:
         """Write the next rows of ``key`` (an array of whole rows of its shape and dtype)."""
@@ -92,8 +96,15 @@ class NpzWriter:
             raise ValueError(f"{key}: {n} rows of {arr.shape[1:]} do not fit the member's "
                              f"{self.capacity - member.rows} rows of {member.shape}")
         view = memoryview(arr.reshape(-1).view(np.uint8))
-        member.crc = zlib.crc32(view, member.crc)
-        self.out.write(view, member.data + member.rows * member.row_bytes)
+        if len(view) < PARALLEL_CRC_BYTES:
+            member.crc = zlib.crc32(view, member.crc)
+            self.out.write(view, member.data + member.rows * member.row_bytes)
+        else:
+            if self.summer is None:
+                self.summer = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="npz-crc")
+            crc = self.summer.submit(zlib.crc32, view, member.crc)
+            self.out.write(view, member.data + member.rows * member.row_bytes)
+            member.crc = crc.result()
         member.rows += n
 
     def finish(self) -> None:
@@ -150,6 +161,9 @@ class NpzWriter:
             member.crc = crc
 
     def close(self) -> None:
+        if self.summer is not None:
+            self.summer.shutdown()
+            self.summer = None
         if self.fd >= 0:
             os.close(self.fd)
             self.fd = -1

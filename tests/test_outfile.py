@@ -50,12 +50,15 @@ def test_write_behind_asks_for_writeback_of_merged_ranges(tmp_path, monkeypatch)
     advised = []
     monkeypatch.setattr(outfile, "KICK_BYTES", 100)
     monkeypatch.setattr(outfile, "DROP_LAG", 1)
+    monkeypatch.setattr(outfile, "MIN_BYTES", 50)
+    monkeypatch.setattr(outfile, "GAP_BYTES", 10)
     monkeypatch.setattr(outfile, "_advise", lambda fd, ranges: advised.append(list(ranges)))
     path = str(tmp_path / "f.bin")
     open(path, "wb").close()
     with WriteBehind.opening(path) as out:
         out.write(memoryview(b"a" * 60), 0)
-        out.write(memoryview(b"b" * 60), 60)  # 120 bytes: one request, the two writes merged
-        out.write(memoryview(b"c" * 100), 500)  # the next request; the first stretch dropped
-    assert advised == [[(0, 120)], [(500, 100)], [(0, 120)]]
-    assert open(path, "rb").read(120) == b"a" * 60 + b"b" * 60
+        out.write(memoryview(b"b" * 55), 65)  # 115 bytes: one request, the writes 5 bytes apart merged
+        out.write(memoryview(b"c" * 10), 300)  # too small to ask for alone: left to the final fsync
+        out.write(memoryview(b"d" * 90), 500)  # the next request; the first stretch dropped
+    assert advised == [[(0, 120)], [(500, 90)], [(0, 120)]]
+    assert open(path, "rb").read(120) == b"a" * 60 + b"\0" * 5 + b"b" * 55
