@@ -145,6 +145,8 @@ def _write_hdf5(buf: DiskReplay, reader: ChronoReader, tmp: str) -> int:
             for key, place in places.items():
                 place.write(written, block.slots if key == "slots" else block.batch[key])
             written += len(block.slots)
+        for place in places.values():
+            place.flush()
         if written != total:
             for dset in dsets.values():
                 dset.resize(written, axis=0)

@@ -126,6 +126,8 @@ def write_d4rl(buf, reader, tmp: str) -> int:
             if stream.written and not stream.last_ended:  # the stream ends mid-episode
                 places["timeouts"].write(stream.base + stream.written - 1, _TRUE)
             written += stream.written
+        for place in places.values():
+            place.flush()
         if written != total:
             row_bytes = sum(d.dtype.itemsize * int(np.prod(d.shape[1:], dtype=np.int64)) for d in dsets.values())
             _compact(dsets, sorted((streams or {}).values(), key=lambda s: s.base), max(1, COPY_BYTES // row_bytes))

@@ -23,6 +23,9 @@ import numpy as np
 
 KICK_BYTES = 16 << 20  # written between two writeback requests
 DROP_LAG = 8  # requests later, the pages of a stretch are dropped (written by then, or left)
+GATHER_BYTES = 1 << 20  # smaller writes to a dataset are gathered in memory up to this
+GATHER_ROW_BYTES = 4096  # rows at least this large, apart in memory, are written by pwritev
+IOV_MAX = 1024
 GAP_BYTES = 1 << 20  # writes closer than this are advised as one range
 MIN_BYTES = 256 << 10  # a smaller range is left to the final fsync (each piece of advice costs ~0.1 ms)
 
@@ -42,6 +45,7 @@ class WriteBehind:
         self.pending: list[tuple[int, int]] = []
         self.pending_bytes = 0
         self.kicked: collections.deque = collections.deque()
+        self.placed: list = []  # PlacedRows writing through this
 
     @classmethod
     def opening(cls, path: str) -> "WriteBehind":
@@ -56,12 +60,31 @@ class WriteBehind:
     def __enter__(self) -> "WriteBehind":
         return self
 
-    def __exit__(self, *exc) -> None:
-        self.close()
+    def __exit__(self, exc_type, *exc) -> None:
+        try:
+            if exc_type is None:
+                for place in self.placed:  # small writes still gathered (exports flush them before resizing)
+                    place.flush()
+        finally:
+            self.close()
 
     def write(self, view: memoryview, offset: int) -> None:
         pwrite_all(self.fd, view, offset)
         self.wrote(offset, len(view))
+
+    def write_rows(self, rows: list, offset: int) -> None:
+        """Write the arrays ``rows`` (each contiguous) one after the other from ``offset``,
+        gathered by ``pwritev`` rather than copied together first."""
+        views = [memoryview(r.reshape(-1).view(np.uint8)) for r in rows]
+        at = offset
+        for i in range(0, len(views), IOV_MAX):
+            part = views[i:i + IOV_MAX]
+            want = sum(len(v) for v in part)
+            done = os.pwritev(self.fd, part, at)
+            if done < want:  # a short write: the rest the plain way
+                pwrite_all(self.fd, memoryview(b"".join(part))[done:], at + done)
+            at += want
+        self.wrote(offset, at - offset)
 
     def wrote(self, offset: int, length: int) -> None:
         if length:
@@ -131,29 +154,73 @@ class PlacedRows:
         if self.raw:
             self.chunk_rows = dset.chunks[0]
             self.offsets = _chunk_offsets(dset)
+        self.pending: dict = {}  # small writes gathered: {end row: [first row, arrays]}
+        self.pending_bytes = 0
+        out.placed.append(self)
 
     def write(self, lo: int, values: np.ndarray) -> None:
-        """Rows ``lo, lo + 1, ...`` from ``values`` (whole rows of the dataset's dtype and shape)."""
+        """Rows ``lo, lo + 1, ...`` from ``values`` (whole rows of the dataset's dtype and shape).
+        Small writes are gathered in memory (up to ``GATHER_BYTES`` a dataset) and written by
+        :meth:`flush` or when they add up: each ``pwrite`` may wait for the file system's
+        journal while the disk writes back, so the thousands of few-byte writes of a D4RL
+        export's small datasets (a few rows per env and block) cost seconds."""
         n = len(values)
         if not n:
             return
         if not self.raw:
             self.dset[lo:lo + n] = values
             return
-        data = memoryview(np.ascontiguousarray(values, self.dset.dtype).reshape(-1).view(np.uint8))
+        for end, (first, _) in list(self.pending.items()):  # rows written again: what came before goes first
+            if first < lo + n and lo < end:
+                self._flush_run(end)
+        if n * self.row_bytes >= GATHER_BYTES:
+            self._write_now(lo, values)
+            return
+        first, arrays = self.pending.pop(lo, None) or (lo, [])
+        arrays.append(np.array(values, self.dset.dtype))  # a copy: the block it came from is not kept
+        self.pending[lo + n] = [first, arrays]
+        self.pending_bytes += n * self.row_bytes
+        if self.pending_bytes >= GATHER_BYTES:
+            self.flush()
+
+    def flush(self) -> None:
+        """Write the small writes gathered so far."""
+        for end in list(self.pending):
+            self._flush_run(end)
+
+    def _flush_run(self, end: int) -> None:
+        first, arrays = self.pending.pop(end)
+        self.pending_bytes -= (end - first) * self.row_bytes
+        self._write_now(first, np.concatenate(arrays))
+
+    def _write_now(self, lo: int, values: np.ndarray) -> None:
+        n = len(values)
         cr, rb = self.chunk_rows, self.row_bytes
-        start = None
+        runs = []  # (first row, end row, file offset) of chunks that lie back to back
         row = lo
-        while row < lo + n:  # runs of chunks that lie back to back, one write each
+        while row < lo + n:
             chunk = row // cr
             offset = int(self.offsets[chunk]) + (row - chunk * cr) * rb
             end = min(lo + n, (chunk + 1) * cr)
-            if start is None or offset != run_offset + (row - start) * rb:
-                if start is not None:
-                    self.out.write(data[(start - lo) * rb:(row - lo) * rb], run_offset)
-                start, run_offset = row, offset
+            if runs and offset == runs[-1][2] + (row - runs[-1][0]) * rb:
+                runs[-1][1] = end
+            else:
+                runs.append([row, end, offset])
             row = end
-        self.out.write(data[(start - lo) * rb:n * rb], run_offset)
+        values = np.asarray(values)
+        if _rows_apart(values, self.dset.dtype, rb):  # one env's rows of a block, say: written without a copy
+            for first, end, offset in runs:
+                self.out.write_rows([values[r] for r in range(first - lo, end - lo)], offset)
+            return
+        data = memoryview(np.ascontiguousarray(values, self.dset.dtype).reshape(-1).view(np.uint8))
+        for first, end, offset in runs:
+            self.out.write(data[(first - lo) * rb:(end - lo) * rb], offset)
+
+
+def _rows_apart(values: np.ndarray, dtype: np.dtype, row_bytes: int) -> bool:
+    """Whether ``values`` are large rows each contiguous in memory but not one after the other."""
+    return (hasattr(os, "pwritev") and row_bytes >= GATHER_ROW_BYTES and values.dtype == dtype
+            and not values.flags.c_contiguous and values[0].flags.c_contiguous)
 
 
 def _chunk_offsets(dset) -> np.ndarray:

@@ -62,3 +62,50 @@ def test_write_behind_asks_for_writeback_of_merged_ranges(tmp_path, monkeypatch)
         out.write(memoryview(b"d" * 90), 500)  # the next request; the first stretch dropped
     assert advised == [[(0, 120)], [(500, 90)], [(0, 120)]]
     assert open(path, "rb").read(120) == b"a" * 60 + b"\0" * 5 + b"b" * 55
+
+
+def test_rows_apart_in_memory_are_gathered_into_place(tmp_path, monkeypatch):
+    """Every third row of a block (one env's rows, say), large rows: written by pwritev
+    without a copy, in pieces of at most IOV_MAX rows, across chunk edges."""
+    import diskreplay.outfile as outfile
+
+    monkeypatch.setattr(outfile, "IOV_MAX", 4)
+    path = str(tmp_path / "f.h5")
+    block = np.random.default_rng(1).integers(0, 256, (90, 64, 80), dtype=np.uint8)  # 5120-byte rows
+    env_rows = block[1::3]
+    assert not env_rows.flags.c_contiguous and outfile._rows_apart(env_rows, np.dtype(np.uint8), 5120)
+    with h5py.File(path, "w") as f, WriteBehind.opening(path) as out:
+        place = PlacedRows(create_placed(f, "x", 40, (64, 80), np.dtype(np.uint8), chunk_rows=7), out)
+        place.write(3, env_rows[:17])
+        place.write(20, env_rows[17:])
+        place.write(0, block[:3])
+        place.write(33, block[3:10])
+    with h5py.File(path, "r") as f:
+        got = f["x"][:]
+    assert np.array_equal(got, np.concatenate([block[:3], env_rows, block[3:10]]))
+
+
+def test_small_writes_are_gathered_and_a_rewrite_lands_after_them(tmp_path, monkeypatch):
+    """Few-row writes to several regions (envs) become one write per region; a row written
+    again while still gathered (a timeout set after the fact) first sends what was gathered
+    around it, so it ends up with its last value."""
+    import diskreplay.outfile as outfile
+
+    calls = []
+    real = outfile.pwrite_all
+    monkeypatch.setattr(outfile, "pwrite_all", lambda fd, view, offset: (calls.append(len(view)),
+                                                                        real(fd, view, offset)))
+    path = str(tmp_path / "f.h5")
+    with h5py.File(path, "w") as f, WriteBehind.opening(path) as out:
+        place = PlacedRows(create_placed(f, "t", 60, (), np.dtype(bool), chunk_rows=60), out)
+        for lo in range(0, 30, 3):  # two envs' regions, three rows at a time each
+            place.write(lo, np.zeros(3, bool))
+            place.write(30 + lo, np.zeros(3, bool))
+        assert not calls
+        place.write(29, np.ones(1, bool))  # env 0's last row, still gathered: env 0's rows go first
+        assert calls == [30]
+        place.flush()
+        place.write(59, np.ones(1, bool))  # gathered again, written when the file is done with
+    assert sorted(calls) == [1, 1, 30, 30]
+    with h5py.File(path, "r") as f:
+        assert np.flatnonzero(f["t"][:]).tolist() == [29, 59]
