@@ -15,7 +15,9 @@ max_size, num_envs, seen_size`` and ``first_transition``.
 
 Every format streams: rows are read in blocks and written as they come, so the process's
 anonymous memory stays flat whatever the store's size (each npz member has its place in
-the archive from the start, so rows are written straight there, once).
+the archive from the start, and so has each HDF5 chunk, so rows are written straight
+there, once: :mod:`diskreplay.outfile`). The next block is read on a second thread while
+this one is written, and the disk writes each stretch back as soon as it is written.
 """
 from __future__ import annotations
 
