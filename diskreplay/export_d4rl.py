@@ -26,8 +26,8 @@ D4RL files hold one trajectory stream, so rows go per env (env 0's transitions o
 first, then env 1's, ...): each env's episodes are contiguous, as offline-RL loaders
 expect. One pass over the store writes each env's rows into its own region of the file;
 memory stays one block of rows. Rows are written straight to their place in the file
-(:class:`~diskreplay.outfile.PlacedRows`), while the next block is read. The file's attributes say where the rows came from and
-``env_rows`` how many each env has.
+(:class:`~diskreplay.outfile.PlacedRows`) while the next block is read. The file's
+attributes say where the rows came from and ``env_rows`` how many each env has.
 """
 from __future__ import annotations
 

@@ -23,7 +23,8 @@ import numpy as np
 
 KICK_BYTES = 16 << 20  # written between two writeback requests
 DROP_LAG = 8  # requests later, the pages of a stretch are dropped (written by then, or left)
-GATHER_BYTES = 1 << 20  # smaller writes to a dataset are gathered in memory up to this
+GATHER_BELOW = 64 << 10  # writes smaller than this are gathered in memory ...
+GATHER_BYTES = 1 << 20  # ... up to this much a dataset
 GATHER_ROW_BYTES = 4096  # rows at least this large, apart in memory, are written by pwritev
 IOV_MAX = 1024
 GAP_BYTES = 1 << 20  # writes closer than this are advised as one range
@@ -160,10 +161,10 @@ class PlacedRows:
 
     def write(self, lo: int, values: np.ndarray) -> None:
         """Rows ``lo, lo + 1, ...`` from ``values`` (whole rows of the dataset's dtype and shape).
-        Small writes are gathered in memory (up to ``GATHER_BYTES`` a dataset) and written by
-        :meth:`flush` or when they add up: each ``pwrite`` may wait for the file system's
-        journal while the disk writes back, so the thousands of few-byte writes of a D4RL
-        export's small datasets (a few rows per env and block) cost seconds."""
+        Writes under ``GATHER_BELOW`` are gathered in memory (up to ``GATHER_BYTES`` a
+        dataset) and written by :meth:`flush` or when they add up: each ``pwrite`` may wait
+        for the file system while the disk writes back, so the thousands of few-byte writes
+        of a D4RL export's small datasets (a few rows per env and block) cost seconds."""
         n = len(values)
         if not n:
             return
@@ -173,7 +174,7 @@ class PlacedRows:
         for end, (first, _) in list(self.pending.items()):  # rows written again: what came before goes first
             if first < lo + n and lo < end:
                 self._flush_run(end)
-        if n * self.row_bytes >= GATHER_BYTES:
+        if n * self.row_bytes >= GATHER_BELOW:
             self._write_now(lo, values)
             return
         first, arrays = self.pending.pop(lo, None) or (lo, [])
