@@ -309,7 +309,8 @@ def export(path, out, fmt, last, start, stop, dataset_id, include_incomplete, ov
     d4rl: one HDF5 file as D4RL lays it out (observations, actions, rewards,
     terminals, timeouts, next_observations, infos/<extra>), per env, each env's
     transitions oldest first; timeouts from a truncateds field, plus where an episode
-    or an env's rows end without terminating.
+    or an env's rows end without terminating. Float observations are float32,
+    integer ones keep their dtype (uint8 frames stay uint8).
 
     minari: OUT is a Minari datasets root (a directory); the dataset goes to
     OUT/DATASET_ID, loaded by minari.load_dataset(DATASET_ID) with

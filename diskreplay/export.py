@@ -15,7 +15,9 @@ max_size, num_envs, seen_size`` and ``first_transition``.
 
 Every format streams: rows are read in blocks and written as they come, so the process's
 anonymous memory stays flat whatever the store's size (each npz member has its place in
-the archive from the start, so rows are written straight there, once).
+the archive from the start, and so has each HDF5 chunk, so rows are written straight
+there, once: :mod:`diskreplay.outfile`). The next block is read on a second thread while
+this one is written, and the disk writes each stretch back as soon as it is written.
 """
 from __future__ import annotations
 
@@ -31,6 +33,7 @@ from .export_minari import export_minari
 from .fsutil import atomic_replace
 from .layout import check_path, enclosing_store
 from .npzwriter import NpzWriter
+from .outfile import PlacedRows, WriteBehind, create_placed
 from .store import DiskReplay
 from .views import ChronoReader, Snapshot, batch_keys
 
@@ -92,7 +95,7 @@ def export_store(buf: DiskReplay, out, *, fmt: str | None = None, start: int | N
         raise InvalidArgumentError(f"cannot write {out}: it is a directory; name a file")
     if not overwrite and os.path.lexists(out):
         raise OutputExistsError(f"{out} exists; pass overwrite=True to replace it")
-    reader = ChronoReader(buf, start, stop, snap=snap, progress=progress)
+    reader = ChronoReader(buf, start, stop, snap=snap, progress=progress, ahead=True)  # reads beside the writes
     write = {"npz": _write_npz, "hdf5": _write_hdf5, "d4rl": write_d4rl}[fmt]
     with atomic_replace(os.fspath(out)) as tmp:
         rows = write(buf, reader, tmp)
@@ -129,19 +132,23 @@ def _write_hdf5(buf: DiskReplay, reader: ChronoReader, tmp: str) -> int:
     specs["slots"] = ((), np.dtype(np.int64))
     total = reader.stop - reader.start
     written = 0
-    with h5py.File(tmp, "w") as f:
-        # Chunks of whole rows (about CHUNK_BYTES): h5py's own guess cuts frames into
-        # chunks across columns, which wrote W3 frames at a third of the speed.
-        dsets = {key: f.create_dataset(key, shape=(total,) + shape, maxshape=(None,) + shape, dtype=dtype,
-                                       chunks=_row_chunks(shape, dtype, total) if total else None)
-                 for key, (shape, dtype) in specs.items()}
-        del specs["slots"]
+    with h5py.File(tmp, "w") as f, WriteBehind.opening(tmp) as out:
+        # Chunks of whole rows (about CHUNK_BYTES), allocated at creation, so that each
+        # block's rows are written straight to their place (outfile.PlacedRows): h5py's own
+        # guess cut frames into chunks across columns, and its chunk cache copied every block.
+        if total:
+            dsets = {key: create_placed(f, key, total, shape, dtype, _row_chunks(shape, dtype, total)[0])
+                     for key, (shape, dtype) in specs.items()}
+        else:
+            dsets = {key: f.create_dataset(key, shape=(0,) + shape, maxshape=(None,) + shape, dtype=dtype)
+                     for key, (shape, dtype) in specs.items()}
+        places = {key: PlacedRows(dset, out) for key, dset in dsets.items()} if total else {}
         for block in reader:
-            n = len(block.slots)
-            for key in specs:
-                dsets[key][written:written + n] = block.batch[key]
-            dsets["slots"][written:written + n] = block.slots
-            written += n
+            for key, place in places.items():
+                place.write(written, block.slots if key == "slots" else block.batch[key])
+            written += len(block.slots)
+        for place in places.values():
+            place.flush()
         if written != total:
             for dset in dsets.values():
                 dset.resize(written, axis=0)

@@ -4,7 +4,11 @@ its dict of arrays consume.
 
 Datasets, one row per transition, N rows each:
 
-- ``observations``, ``next_observations``: float32, ``(N,) + state shape``; the next
+- ``observations``, ``next_observations``: ``(N,) + state shape``, float32 when the
+  store's states are floats, else their own integer (or bool) dtype, as D4RL-Atari keeps
+  uint8 frames: D4RL's ``get_dataset`` checks only keys and shapes, and
+  ``qlearning_dataset`` casts each observation to float32 itself (a float32 copy of
+  uint8 frames would be four times the bytes to write and to read back). The next
   observations are the ones the store returns for each transition (``get``), never
   re-derived from the following row;
 - ``actions``: float32 when the store's actions are floats, else their own (integer) dtype;
@@ -21,8 +25,9 @@ Datasets, one row per transition, N rows each:
 D4RL files hold one trajectory stream, so rows go per env (env 0's transitions oldest
 first, then env 1's, ...): each env's episodes are contiguous, as offline-RL loaders
 expect. One pass over the store writes each env's rows into its own region of the file;
-memory stays one block of rows. The file's attributes say where the rows came from and
-``env_rows`` how many each env has.
+memory stays one block of rows. Rows are written straight to their place in the file
+(:class:`~diskreplay.outfile.PlacedRows`) while the next block is read. The file's
+attributes say where the rows came from and ``env_rows`` how many each env has.
 """
 from __future__ import annotations
 
@@ -32,10 +37,12 @@ import numpy as np
 
 from .episodes import TRUNCATION_FIELD
 from .errors import InvalidArgumentError
+from .outfile import PlacedRows, WriteBehind, create_placed
 
 BASE_KEYS = ("states", "actions", "rewards", "next_states", "dones")
 COPY_BYTES = 16 << 20
-CHUNK_BYTES = 64 << 10
+CHUNK_BYTES = 1 << 20
+_TRUE = np.ones(1, bool)
 
 
 def provenance(buf, reader) -> dict:
@@ -47,8 +54,10 @@ def provenance(buf, reader) -> dict:
 
 
 def _row_bytes(x: np.ndarray) -> np.ndarray:
+    """Each row's bytes, as 8-byte words where they divide evenly (compared 8x faster)."""
     x = np.ascontiguousarray(x)
-    return x.reshape(len(x), -1).view(np.uint8).reshape(len(x), -1)
+    rows = x.reshape(len(x), -1).view(np.uint8).reshape(len(x), -1)
+    return rows.view(np.uint64) if rows.shape[1] % 8 == 0 and rows.shape[1] else rows
 
 
 def _flags(values) -> np.ndarray:
@@ -64,9 +73,10 @@ def _layout(buf) -> dict:
     if np.issubdtype(action_dtype, np.floating):
         action_dtype = np.dtype(np.float32)
     f32 = np.dtype(np.float32)
-    layout = {"observations": (state_shape, f32, "states"), "actions": (action_shape, action_dtype, "actions"),
+    state_dtype = fields["states"][1] if fields["states"][1].kind in "biu" else f32  # integers: as D4RL-Atari
+    layout = {"observations": (state_shape, state_dtype, "states"), "actions": (action_shape, action_dtype, "actions"),
               "rewards": ((), f32, "rewards"), "terminals": ((), np.dtype(bool), "dones"),
-              "timeouts": ((), np.dtype(bool), None), "next_observations": (state_shape, f32, "next_states")}
+              "timeouts": ((), np.dtype(bool), None), "next_observations": (state_shape, state_dtype, "next_states")}
     for name, (shape, dtype) in fields.items():
         if name not in BASE_KEYS:
             layout[f"infos/{name}"] = (shape, dtype, name)
@@ -94,14 +104,14 @@ def write_d4rl(buf, reader, tmp: str) -> int:
     layout = _layout(buf)
     total = reader.stop - reader.start
     n = buf.num_envs
-    # Room in each dataset's chunk cache for every env's partly written chunk (plus one), so
-    # that no chunk is evicted half-written and read back when its env's next rows come;
-    # capped, so that memory stays bounded with very many envs (they then write slower).
-    cache = min(16 << 20, max(1 << 20, (2 * n + 2) * CHUNK_BYTES))
-    with h5py.File(tmp, "w", rdcc_nbytes=cache, rdcc_nslots=10007) as f:
-        dsets = {name: f.create_dataset(name, shape=(total,) + shape, maxshape=(None,) + shape, dtype=dtype,
-                                        chunks=_chunks(shape, dtype) if total else None)
-                 for name, (shape, dtype, _) in layout.items()}
+    with h5py.File(tmp, "w") as f, WriteBehind.opening(tmp) as out:
+        dsets, places = {}, {}
+        for name, (shape, dtype, _) in layout.items():
+            if total:
+                dsets[name] = create_placed(f, name, total, shape, dtype, min(total, _chunks(shape, dtype)[0]))
+                places[name] = PlacedRows(dsets[name], out)
+            else:
+                dsets[name] = f.create_dataset(name, shape=(0,) + shape, maxshape=(None,) + shape, dtype=dtype)
         streams = None
         for block in reader:
             if streams is None:  # the reader's snapshot is final once it yields
@@ -109,13 +119,15 @@ def write_d4rl(buf, reader, tmp: str) -> int:
             envs = reader.snap.env(block.positions)
             states, nexts = _row_bytes(block.batch["states"]), _row_bytes(block.batch["next_states"])
             for i0 in range(min(n, len(block.positions))):
-                idx = np.arange(i0, len(block.positions), n)
-                _write_env_rows(dsets, layout, streams[int(envs[i0])], block, idx, states, nexts, n)
+                idx = slice(i0, None, n)  # one env's rows: views, not copies
+                _write_env_rows(places, layout, streams[int(envs[i0])], block, idx, states, nexts, n)
         written = 0
         for stream in (streams or {}).values():
-            if stream.written and not stream.last_ended:
-                dsets["timeouts"][stream.base + stream.written - 1] = True  # the stream ends mid-episode
+            if stream.written and not stream.last_ended:  # the stream ends mid-episode
+                places["timeouts"].write(stream.base + stream.written - 1, _TRUE)
             written += stream.written
+        for place in places.values():
+            place.flush()
         if written != total:
             row_bytes = sum(d.dtype.itemsize * int(np.prod(d.shape[1:], dtype=np.int64)) for d in dsets.values())
             _compact(dsets, sorted((streams or {}).values(), key=lambda s: s.base), max(1, COPY_BYTES // row_bytes))
@@ -126,8 +138,8 @@ def write_d4rl(buf, reader, tmp: str) -> int:
 
 
 def _chunks(shape: tuple, dtype: np.dtype) -> tuple:
-    """Whole rows, about CHUNK_BYTES a chunk: each env's rows land in their own region, so
-    writes are short runs of rows, and chunks split across columns would each be rewritten."""
+    """Whole rows, about CHUNK_BYTES a chunk: each env's rows land in their own region as
+    short runs of rows, each a few positioned writes into chunks allocated at creation."""
     row = np.dtype(dtype).itemsize * int(np.prod(shape, dtype=np.int64))
     return (max(1, CHUNK_BYTES // max(1, row)),) + tuple(shape)
 
@@ -143,20 +155,21 @@ def _streams(reader) -> dict:
     return streams
 
 
-def _write_env_rows(dsets, layout, stream: _EnvStream, block, idx, states, nexts, n: int) -> None:
+def _write_env_rows(places, layout, stream: _EnvStream, block, idx, states, nexts, n: int) -> None:
     batch = block.batch
+    states, nexts, transitions = states[idx], nexts[idx], block.transitions[idx]
+    rows = len(transitions)
     terminals = _flags(batch["dones"][idx])
-    timeouts = _flags(batch[TRUNCATION_FIELD][idx]) if TRUNCATION_FIELD in batch else np.zeros(len(idx), bool)
+    timeouts = _flags(batch[TRUNCATION_FIELD][idx]) if TRUNCATION_FIELD in batch else np.zeros(rows, bool)
     # A next state that is not the env's next state starts a new episode: an end without termination.
-    jumps = np.zeros(len(idx), bool)
-    jumps[:-1] = (states[idx[1:]] != nexts[idx[:-1]]).any(axis=1)
+    jumps = np.zeros(rows, bool)
+    jumps[:-1] = (states[1:] != nexts[:-1]).any(axis=1)
     timeouts |= jumps & ~terminals
-    t0 = int(block.transitions[idx[0]])
+    t0 = int(transitions[0])
     if stream.last_t is not None and not stream.last_ended and (
-            t0 != stream.last_t + n or (states[idx[0]] != stream.last_next).any()):
-        dsets["timeouts"][stream.base + stream.written - 1] = True  # a jump or a gap at the block's edge
+            t0 != stream.last_t + n or (states[0] != stream.last_next).any()):
+        places["timeouts"].write(stream.base + stream.written - 1, _TRUE)  # a jump or a gap at the block's edge
     lo = stream.base + stream.written
-    hi = lo + len(idx)
     for name, (_, dtype, field) in layout.items():
         if name == "terminals":
             values = terminals
@@ -165,11 +178,11 @@ def _write_env_rows(dsets, layout, stream: _EnvStream, block, idx, states, nexts
         else:
             values = batch[field][idx]
             if name == "rewards":
-                values = values.reshape(len(idx))
-        dsets[name][lo:hi] = np.asarray(values, dtype=dtype)
-    stream.written += len(idx)
-    stream.last_t = int(block.transitions[idx[-1]])
-    stream.last_next = nexts[idx[-1]].copy()
+                values = values.reshape(rows)
+        places[name].write(lo, values)  # converted to the dataset's dtype as it is copied out
+    stream.written += rows
+    stream.last_t = int(transitions[-1])
+    stream.last_next = nexts[-1].copy()
     stream.last_ended = bool(terminals[-1] or timeouts[-1])
 
 

@@ -4,7 +4,8 @@
 a block together had to stage each key in a file of its own and copy it into the archive
 afterwards: the output written twice. In a stored (uncompressed) zip the size of every
 member is known before its data arrive, so each member gets its place up front and rows
-are written straight there (``os.pwrite``); the CRC-32 of each member is carried along,
+are written straight there (``os.pwrite``); the CRC-32 of each member is carried along
+(summed on a second thread while large rows are written),
 and the zip headers are written last. ZIP64 records throughout, so members may exceed
 4 GiB. When fewer rows came than announced (a live writer overtook some), the members
 are moved down over the gaps and given their true shapes before the headers are written.
@@ -16,6 +17,7 @@ are moved down over the gaps and given their true shapes before the headers are 
 """
 from __future__ import annotations
 
+import concurrent.futures
 import io
 import os
 import struct
@@ -24,7 +26,10 @@ import zlib
 
 import numpy as np
 
+from .outfile import WriteBehind, pwrite_all
+
 COPY_BYTES = 16 << 20
+PARALLEL_CRC_BYTES = 1 << 20
 _LOCAL = struct.Struct("<IHHHHHIIIHH")  # local file header, without name and extra field
 _CENTRAL = struct.Struct("<IHHHHHHIIIHHHHHII")  # central directory header
 _ZIP64_END = struct.Struct("<IQHHIIQQQQ")
@@ -79,6 +84,8 @@ class NpzWriter:
         for member in self.members.values():
             offset = member.place(offset, rows)
         self.fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+        self.out = WriteBehind(self.fd)
+        self.summer = None  # a thread summing large rows while they are written (both release the GIL)
 
     def append(self, key: str, values) -> None:
         """Write the next rows of ``key`` (an array of whole rows of its shape and dtype)."""
@@ -89,8 +96,15 @@ class NpzWriter:
             raise ValueError(f"{key}: {n} rows of {arr.shape[1:]} do not fit the member's "
                              f"{self.capacity - member.rows} rows of {member.shape}")
         view = memoryview(arr.reshape(-1).view(np.uint8))
-        member.crc = zlib.crc32(view, member.crc)
-        _pwrite_all(self.fd, view, member.data + member.rows * member.row_bytes)
+        if len(view) < PARALLEL_CRC_BYTES:
+            member.crc = zlib.crc32(view, member.crc)
+            self.out.write(view, member.data + member.rows * member.row_bytes)
+        else:
+            if self.summer is None:
+                self.summer = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="npz-crc")
+            crc = self.summer.submit(zlib.crc32, view, member.crc)
+            self.out.write(view, member.data + member.rows * member.row_bytes)
+            member.crc = crc.result()
         member.rows += n
 
     def finish(self) -> None:
@@ -110,7 +124,7 @@ class NpzWriter:
             extra = struct.pack("<HHQQ", 1, 16, m.size, m.size)
             local = _LOCAL.pack(0x04034B50, _VERSION, 0, 0, dos_time, dos_date, m.crc, _FULL32, _FULL32,
                                 len(m.name), len(extra))
-            _pwrite_all(self.fd, memoryview(local + m.name + extra + m.header), m.offset)
+            pwrite_all(self.fd, memoryview(local + m.name + extra + m.header), m.offset)
             extra = struct.pack("<HHQQQ", 1, 24, m.size, m.size, m.offset)
             central.append(_CENTRAL.pack(0x02014B50, _VERSION, _VERSION, 0, 0, dos_time, dos_date, m.crc,
                                          _FULL32, _FULL32, len(m.name), len(extra), 0, 0, 0, 0o644 << 16,
@@ -124,7 +138,7 @@ class NpzWriter:
                 + _ZIP64_LOCATOR.pack(0x07064B50, 0, zip64_end, 1)
                 + _END.pack(0x06054B50, 0, 0, min(n, 0xFFFF), min(n, 0xFFFF), min(len(directory), _FULL32),
                             _FULL32, 0))
-        _pwrite_all(self.fd, memoryview(tail), end)
+        pwrite_all(self.fd, memoryview(tail), end)
         os.ftruncate(self.fd, end + len(tail))
 
     def _compact(self, rows: int) -> None:
@@ -142,11 +156,14 @@ class NpzWriter:
                     raise OSError(f"short read moving {member.name.decode()} in the npz being written")
                 crc = zlib.crc32(chunk, crc)
                 if member.data != old:
-                    _pwrite_all(self.fd, memoryview(chunk), member.data + done)
+                    pwrite_all(self.fd, memoryview(chunk), member.data + done)
                 done += len(chunk)
             member.crc = crc
 
     def close(self) -> None:
+        if self.summer is not None:
+            self.summer.shutdown()
+            self.summer = None
         if self.fd >= 0:
             os.close(self.fd)
             self.fd = -1
@@ -156,9 +173,3 @@ class NpzWriter:
 
     def __exit__(self, *exc) -> None:
         self.close()
-
-
-def _pwrite_all(fd: int, view: memoryview, offset: int) -> None:
-    while len(view):
-        n = os.pwrite(fd, view, offset)
-        view, offset = view[n:], offset + n

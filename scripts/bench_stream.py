@@ -15,7 +15,12 @@ evicted). Measured per command:
     command N times, round-robin, and takes the median; ``--against EXE`` runs another
     install's ``diskreplay`` (main's, say) beside each command in the same round-robin;
   * the command's anonymous memory: the maximum of ``RssAnon`` in ``/proc/PID/status``
-    sampled every 20 ms (RSS also counts the store's page-cache pages it maps).
+    sampled every 20 ms (RSS also counts the store's page-cache pages it maps);
+  * for the exports, the bytes of the output file, and those bytes over the wall time as a
+    fraction of the disk's sequential write rate, measured in the same run (random bytes
+    in 16 MiB writes then ``fsync``, as many as the store's rows, at most 1 GiB, before every
+    run of an export; the median): an export writes about twice what it reads, so where
+    the disk writes no faster than it reads, 0.5x the read rate needs the write rate.
 
 Goals (the issue): at least 0.5x the sequential read rate, RssAnon under 200 MB. An
 export writes about twice what it reads (next states are part of the npz and HDF5
@@ -94,6 +99,25 @@ def sequential_read(path: str) -> float:
     return os.path.getsize(path) / (time.perf_counter() - t0)
 
 
+def sequential_write(workdir: str, nbytes: int) -> float:
+    """Bytes per second of writing ``nbytes`` of random data to a new file in ``workdir``
+    in 16 MiB writes, then ``fsync`` (the file is removed)."""
+    block = np.random.default_rng().integers(0, 256, min(nbytes, 16 << 20), dtype=np.uint8)
+    path = os.path.join(workdir, "seq-write.bin")
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        t0 = time.perf_counter()
+        for done in range(0, nbytes, len(block)):
+            block[:8] = done // len(block)  # no two blocks alike
+            os.write(fd, block[:nbytes - done])
+        os.fsync(fd)
+        seconds = time.perf_counter() - t0
+    finally:
+        os.close(fd)
+        os.unlink(path)
+    return nbytes / seconds
+
+
 def rss_anon_kb(pid: int) -> int | None:
     try:
         with open(f"/proc/{pid}/status") as f:
@@ -137,11 +161,14 @@ def run(workdir: str, slots: int, backend: str = "memmap", commands=None, log=pr
     names = list(commands or COMMANDS)
     runs = [(name, None) for name in names] + ([(name, against) for name in names] if against else [])
     runs.sort(key=lambda r: names.index(r[0]))
-    seqs, times, peaks = [], {run: [] for run in runs}, {run: 0 for run in runs}
+    seqs, writes, times, peaks = [], [], {run: [] for run in runs}, {run: 0 for run in runs}
+    out_bytes = {}
     for rep in range(repeats):
         for name, exe in runs:
             out = os.path.join(workdir, f"out-{name}")
             args = [a.format(out=out) for a in COMMANDS[name]]
+            if name.startswith("export"):
+                writes.append(sequential_write(workdir, min(data_bytes, 1 << 30)))
             seqs.append(sequential_read(frames))
             drop_cache(store_files(path))
             seconds, peak_kb = run_command([args[0], path] + args[1:], exe)
@@ -152,18 +179,27 @@ def run(workdir: str, slots: int, backend: str = "memmap", commands=None, log=pr
                 f"RssAnon {peak_kb / 1024:.0f} MB")
             for leftover in (out + ext for ext in (".png", ".npz", ".h5")):
                 if os.path.exists(leftover):
+                    if name.startswith("export"):
+                        out_bytes[name, exe] = os.path.getsize(leftover)
                     os.unlink(leftover)
     seq = float(np.median(seqs))
     results = {"slots": slots, "backend": backend, "store_bytes": data_bytes, "repeats": repeats,
                "seq_read_mb_s": seq / 1e6, "seq_read_range_mb_s": [min(seqs) / 1e6, max(seqs) / 1e6],
                "against": against, "commands": {}}
+    write_rate = float(np.median(writes)) if writes else None
+    if writes:
+        results["seq_write_mb_s"] = write_rate / 1e6
+        results["seq_write_range_mb_s"] = [min(writes) / 1e6, max(writes) / 1e6]
 
     def summary(run) -> dict:
         seconds = float(np.median(times[run]))
         rate = data_bytes / seconds
-        return {"seconds": seconds, "seconds_range": [min(times[run]), max(times[run])], "mb_s": rate / 1e6,
-                "x_seq_read": rate / seq, "rss_anon_mb": peaks[run] / 1024,
-                "met": rate / seq >= RATE_GOAL and peaks[run] / 1024 < RSS_GOAL_MB}
+        out = {"seconds": seconds, "seconds_range": [min(times[run]), max(times[run])], "mb_s": rate / 1e6,
+               "x_seq_read": rate / seq, "rss_anon_mb": peaks[run] / 1024,
+               "met": rate / seq >= RATE_GOAL and peaks[run] / 1024 < RSS_GOAL_MB}
+        if run in out_bytes and write_rate:
+            out.update(out_bytes=out_bytes[run], x_seq_write=out_bytes[run] / seconds / write_rate)
+        return out
 
     for name in names:
         results["commands"][name] = summary((name, None))
@@ -178,13 +214,18 @@ def table(results: dict) -> str:
     lines = [f"W3-shaped store of {results['slots']} slots ({results['store_bytes'] / 1e9:.2f} GB of rows, "
              f"{results['backend']}), cold cache, {results['repeats']} run(s) each; sequential read (dd, cold, "
              f"the median of one before every run) {results['seq_read_mb_s']:.0f} MB/s (range {lo:.0f}-{hi:.0f})",
-             "| command | seconds (median) | range | MB/s | x seq. read | RssAnon MB | goal met |",
-             "|---|---:|---:|---:|---:|---:|---|"]
+             "| command | seconds (median) | range | MB/s | x seq. read | RssAnon MB | goal met "
+             "| output GB | x seq. write |", "|---|---:|---:|---:|---:|---:|---|---:|---:|"]
+    if "seq_write_mb_s" in results:
+        wlo, whi = results["seq_write_range_mb_s"]
+        lines.insert(1, f"sequential write (random bytes then fsync, the median of one before every export run) "
+                        f"{results['seq_write_mb_s']:.0f} MB/s (range {wlo:.0f}-{whi:.0f})")
     for name, r in results["commands"].items():
         for label, x in [(name, r)] + ([(f"{name} (against)", r["against"])] if "against" in r else []):
             a, b = x["seconds_range"]
             lines.append(f"| {label} | {x['seconds']:.1f} | {a:.1f}-{b:.1f} | {x['mb_s']:.0f} | "
-                         f"{x['x_seq_read']:.2f} | {x['rss_anon_mb']:.0f} | {'yes' if x['met'] else 'NO'} |")
+                         f"{x['x_seq_read']:.2f} | {x['rss_anon_mb']:.0f} | {'yes' if x['met'] else 'NO'} | "
+                         + (f"{x['out_bytes'] / 1e9:.2f} | {x['x_seq_write']:.2f} |" if "out_bytes" in x else "| |"))
     if results.get("against"):
         lines.append(f"(against): {results['against']}, in the same runs")
     lines.append(f"goals: >= {RATE_GOAL}x the sequential read rate and RssAnon < {RSS_GOAL_MB} MB")

@@ -160,6 +160,9 @@ def test_cli_stream_benchmark_runs_every_command(tmp_path):
         lo, hi = r["seconds_range"]
         assert 0 < lo <= r["seconds"] <= hi and r["mb_s"] > 0 and r["x_seq_read"] > 0, name
         assert 0 < r["rss_anon_mb"] < 1000, name
+        assert (r["out_bytes"] > 0 and r["x_seq_write"] > 0) if name.startswith("export") else "out_bytes" not in r
+    lo, hi = data["seq_write_range_mb_s"]  # measured before every export run
+    assert 0 < lo <= data["seq_write_mb_s"] <= hi
     assert "| stats |" in proc.stdout
     assert not os.listdir(tmp_path / "work")  # the store and the outputs are gone
 

@@ -155,6 +155,29 @@ def test_d4rl_timeouts_at_autoreset_jumps_across_block_edges(tmp_path, num_envs,
     assert_d4rl(read_h5(out), want)
 
 
+@pytest.mark.parametrize("state_dtype,want_dtype", [("uint8", "uint8"), ("int16", "int16"), ("bool", "bool"),
+                                                    ("float64", "float32"), ("float16", "float32")])
+def test_d4rl_observations_keep_integer_dtypes_floats_become_float32(tmp_path, state_dtype, want_dtype):
+    """Integer frames stay integers, as D4RL-Atari keeps uint8 frames (D4RL's loaders check
+    keys and shapes and cast observations to float32 themselves); floats are float32."""
+    fields = {"states": ((2, 3), state_dtype), "actions": ((), "int64"), "rewards": ((), "float32"),
+              "dones": ((), "bool")}
+    rng = np.random.default_rng(3)
+    frames = rng.integers(0, 2 if state_dtype == "bool" else 250, (41, 2, 2, 3)).astype(state_dtype)
+    with DiskReplay.create(tmp_path / "f.replay", MAX_SIZE, num_envs=2, fields=fields) as buf:
+        for k in range(40):
+            buf.add(frames[k], rng.integers(0, 4, 2), np.ones(2, np.float32), frames[k + 1], np.zeros(2, bool))
+        export_store(buf, tmp_path / "f.h5", fmt="d4rl")
+        batch = buf.get(snapshot(buf).slots(0, MAX_SIZE))
+    got = read_h5(tmp_path / "f.h5")
+    per_env = np.concatenate([np.arange(e, MAX_SIZE, 2) for e in range(2)])  # env 0's rows first
+    for key, field in (("observations", "states"), ("next_observations", "next_states")):
+        assert got[key].dtype == np.dtype(want_dtype) and got[key].shape == (MAX_SIZE, 2, 3), key
+        assert np.array_equal(got[key], batch[field][per_env].astype(want_dtype)), key
+        # what D4RL's qlearning_dataset does to each observation
+        assert np.array_equal(got[key].astype(np.float32), batch[field][per_env].astype(np.float32)), key
+
+
 def test_d4rl_beside_a_live_writer_that_laps_the_read(tmp_path, backend):
     """Rows the writer overwrites mid-read are left out and the per-env regions closed up:
     every row in the file is one the writer added, each env's rows in order, and the row
