@@ -161,7 +161,8 @@ class FrameStacks:
     # ------------------------------------------------------------------ writing
     def save_tail(self, frames: np.ndarray, seen: int, base: int) -> None:
         """Before the step after ``seen`` overwrites slots: copy the frames they hold (of
-        transitions ``seen - max_size + 1 ...``, those after ``base``) into the tail."""
+        transitions ``seen - max_size + 1 ...``, those after ``base``) into the tail.
+        ``frames``: the ``states`` field's rows, in the file's order (``self.order``)."""
         m, n = self.max_size, self.num_envs
         first = max(seen - m, base) + 1
         last = seen + n - m
