@@ -77,10 +77,13 @@ class Flushing:
             if count:  # in slot order: views of the ring, or copies where the rows lie env-major
                 order, start = storage.order(name), ring.slot_of(first_overwrite, base, m)
                 end = min(start + count, m)
-                blocks.append(arr[order.span(start, end - start)])
+                blocks.append((start, end - start))
                 if end - start < count:
-                    blocks.append(arr[order.span(0, count - (end - start))])
-            parts[name] = blocks
+                    blocks.append((0, count - (end - start)))
+                if not order.identity:  # copied a MiB at a time as the checkpoint writes them (in cache)
+                    step = max(self.num_envs, (1 << 20) // arr[0].nbytes // self.num_envs * self.num_envs)
+                    blocks = [(a + i, min(step, n - i)) for a, n in blocks for i in range(0, n, step)]
+            parts[name] = _rows_of(arr, order, blocks) if count else blocks
         ns_rows = self.current_ns() if seen > base else np.zeros_like(self.data.ns[0])
         ckfile = self.data.ckfile
         slot = generation % 2
@@ -153,6 +156,12 @@ class Flushing:
             limit = min(limit, self.seen + flush_every * self.num_envs)
         self.flush_before = limit
         self._plan_early_work(self.seen)
+
+
+def _rows_of(arr, order, blocks):
+    """The rows of slot ranges ``(first, count)`` of ``arr``, a block at a time (``order``: roworder.py)."""
+    for first, count in blocks:
+        yield arr[order.span(first, count)]
 
 
 def _page_floor(n: int) -> int:
