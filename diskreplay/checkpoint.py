@@ -164,7 +164,8 @@ class CheckpointFile:
               ns_rows: np.ndarray, reserve_first: int, reserve_parts: dict, jumps: int = 0,
               stacks: int | None = None) -> int:
         """Write a whole slot and fsync it; return the body's CRC. ``reserve_parts[name]`` is
-        a list of row blocks (views into the ring) holding the rows from ``reserve_first`` on,
+        an iterable of row blocks (views into the ring, or copies made as they are taken)
+        holding the rows from ``reserve_first`` on,
         in order, for every field in the layout's order. ``stacks`` (a frame-stack store's
         stack ring count) makes a version 3 header."""
         base_off = self.layout.slot_offset(slot) + HEADER_BYTES

@@ -94,12 +94,12 @@ def _copy_rows(source: Reader, target: Writer, size: int, progress, block_rows) 
     """Copy slots ``[0, size)`` of every field in blocks of bounded bytes."""
     row_bytes = max(spec.row_bytes for spec in source.fields.values())
     step = block_rows or max(1, BLOCK_BYTES // row_bytes)
-    src_arrays = source.storage.arrays
-    dst_arrays = target.storage.arrays
+    src, dst = source.storage, target.storage
     for start in range(0, size, step):
         stop = min(start + step, size)
-        for name in source.fields:
-            dst_arrays[name][start:stop] = np.asarray(src_arrays[name][start:stop])
+        for name in source.fields:  # slot by slot: either store's frames may lie env-major (roworder.py)
+            rows = np.asarray(src.arrays[name][src.order(name).span(start, stop - start)])
+            dst.arrays[name][dst.order(name).span(start, stop - start)] = rows
         if progress is not None:
             progress(stop, size)
     if progress is not None and size == 0:

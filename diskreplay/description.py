@@ -7,6 +7,7 @@ import time
 
 from .errors import CorruptStoreError, InvalidArgumentError, UnsupportedFormatError
 from .fsutil import atomic_write, io_error
+from .roworder import ENV_MAJOR, LAYOUT_KEY, frames_layout
 from .schema import fields_from_json
 
 FORMAT_VERSION = 2
@@ -17,8 +18,11 @@ DESCRIPTION_FILE = "store.json"
 def new_description(*, backend, max_size, num_envs, batch_size, use_cer, fields, entropy,
                     reserve_rows, flush_every, frame_stack=None) -> dict:
     """``frame_stack`` (an int) adds the key ``frame_stack``; ``fields`` then holds one frame
-    as ``states`` (the rows stored), and other stores' descriptions stay as they were."""
+    as ``states`` (the rows stored), and other stores' descriptions stay as they were; with
+    ``max_size % num_envs == 0`` also ``frames_layout`` (``roworder.py``: the frames env-major)."""
     extra = {} if frame_stack is None else {"frame_stack": frame_stack}
+    if frames_layout(frame_stack, max_size, num_envs):
+        extra[LAYOUT_KEY] = frames_layout(frame_stack, max_size, num_envs)
     return {
         "format": "diskreplay",
         "format_version": FORMAT_VERSION,
@@ -88,7 +92,9 @@ def parse_description(raw: bytes, path: str = DESCRIPTION_FILE, backends=None) -
          "a decimal string")
     need("flush_every", lambda v: v is None or (_is_int(v) and v >= 1), "null or an integer >= 1")
     need("frame_stack", lambda v: v is None or (_is_int(v) and 2 <= v <= 1 << 20), "absent or an integer >= 2")
-    out = dict(d)  # "frame_stack" only where it was written: read it with out.get("frame_stack")
+    need(LAYOUT_KEY, lambda v: v is None or v == ENV_MAJOR and d.get("frame_stack") and max_size % num_envs == 0,
+         f"absent or {ENV_MAJOR!r} (a frame-stack store whose max_size is a multiple of num_envs)")
+    out = dict(d)  # "frame_stack" and "frames_layout" only where written: read them with out.get(key)
     if d.get("fields") is None:
         out["fields"] = None
         out["reserve_rows"] = None

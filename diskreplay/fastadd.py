@@ -230,6 +230,8 @@ def fast_stack_vector_add(w):
     tail, tail_rows, overlap = stacks.tail, stacks.rows, stacks.overlap_rule(n)
     words, key, max_size, mutex, settle, general = w.words, w.key, w.max_size, w.mutex, w.settle, w.add
     ndarray = np.ndarray
+    # Where the frames lie env-major (roworder.py), a step's rows are row start/n of each env's region.
+    per_env = 0 if w.data.storage.order("states").identity else max_size // n
 
     def add(state, action, reward, next_state, done, **extra):
         with mutex:
@@ -256,13 +258,14 @@ def fast_stack_vector_add(w):
             try:
                 w.overlap = None  # unknown until the step commits (as in Writer._write_step)
                 words[W_INTENT] = t_end
+                rows = slice(start // n, max_size, per_env) if per_env else slice(start, stop)
                 if seen - base >= max_size:  # the ring is full: keep the frames this step overwrites
                     row = (seen - max_size) % tail_rows  # of transition seen - max_size + 1
                     if row + n <= tail_rows:
-                        tail[row:row + n] = states[start:stop]
+                        tail[row:row + n] = states[rows]
                     else:
                         stacks.save_tail(states, seen, base)
-                states[start:stop] = state[:, -1]
+                states[rows] = state[:, -1]
                 actions[start:stop] = action
                 rewards[start:stop] = reward
                 dones[start:stop] = done

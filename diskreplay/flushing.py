@@ -59,7 +59,7 @@ class Flushing:
             return
         self._work_early()  # the last rows' writeback runs while the sums are computed
         summed = self.checkpoint.seen if self.checkpoint is not None else 0
-        update_sums(self.data.sums, self.data.storage.arrays, summed, self.seen, self.base, self.max_size)
+        update_sums(self.data.sums, self.data.storage, summed, self.seen, self.base, self.max_size)
         self.data.sync_rows()
         self.words[W_FLUSH_NS] = time.time_ns()
         self.counters.sync()
@@ -71,15 +71,19 @@ class Flushing:
         first_overwrite = max(seen + 1, base + m + 1)
         count = max(0, seen + self.reserve_rows - first_overwrite + 1)
         parts = {}
-        for name, arr in self.data.storage.arrays.items():
+        storage = self.data.storage
+        for name, arr in storage.arrays.items():
             blocks = []
-            if count:
-                start = ring.slot_of(first_overwrite, base, m)
+            if count:  # in slot order: views of the ring, or copies where the rows lie env-major
+                order, start = storage.order(name), ring.slot_of(first_overwrite, base, m)
                 end = min(start + count, m)
-                blocks.append(arr[start:end])
+                blocks.append((start, end - start))
                 if end - start < count:
-                    blocks.append(arr[: count - (end - start)])
-            parts[name] = blocks
+                    blocks.append((0, count - (end - start)))
+                if not order.identity:  # copied a MiB at a time as the checkpoint writes them (in cache)
+                    step = max(self.num_envs, (1 << 20) // arr[0].nbytes // self.num_envs * self.num_envs)
+                    blocks = [(a + i, min(step, n - i)) for a, n in blocks for i in range(0, n, step)]
+            parts[name] = _rows_of(arr, order, blocks) if count else blocks
         ns_rows = self.current_ns() if seen > base else np.zeros_like(self.data.ns[0])
         ckfile = self.data.ckfile
         slot = generation % 2
@@ -105,13 +109,16 @@ class Flushing:
         if hi > lo:
             first = max(lo, self.base, hi - self.max_size)  # transitions (first, hi] are in the ring
             start, count = ring.slot_of(first + 1, self.base, self.max_size), hi - first
-            for fd, offset, row_bytes in self.data.storage.locations.values():
-                for a, b in ((start, min(start + count, self.max_size)), (0, max(0, start + count - self.max_size))):
-                    # Whole pages only: the page the next rows go on stays out of writeback (a
-                    # write to a page under writeback may have to wait for it); consecutive
-                    # blocks tile, each taking the page the one before left.
-                    lo_byte, hi_byte = _page_floor(offset + a * row_bytes), _page_floor(offset + b * row_bytes)
-                    start_writeback(fd, lo_byte, hi_byte - lo_byte)
+            storage = self.data.storage
+            for name, (fd, offset, row_bytes) in storage.locations.items():
+                for first_row, rows in storage.order(name).runs(start, count):
+                    end = first_row + min(rows, self.max_size - first_row)  # slot-order runs wrap at the end
+                    for a, b in ((first_row, end), (0, rows - (end - first_row))):
+                        # Whole pages only: the page the next rows go on stays out of writeback (a
+                        # write to a page under writeback may have to wait for it); consecutive
+                        # blocks tile, each taking the page the one before left.
+                        lo_byte, hi_byte = _page_floor(offset + a * row_bytes), _page_floor(offset + b * row_bytes)
+                        start_writeback(fd, lo_byte, hi_byte - lo_byte)
         self._plan_early_work(hi)
 
     def _plan_early_work(self, done: int) -> None:
@@ -149,6 +156,12 @@ class Flushing:
             limit = min(limit, self.seen + flush_every * self.num_envs)
         self.flush_before = limit
         self._plan_early_work(self.seen)
+
+
+def _rows_of(arr, order, blocks):
+    """The rows of slot ranges ``(first, count)`` of ``arr``, a block at a time (``order``: roworder.py)."""
+    for first, count in blocks:
+        yield arr[order.span(first, count)]
 
 
 def _page_floor(n: int) -> int:

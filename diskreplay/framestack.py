@@ -38,6 +38,7 @@ import numpy as np
 from .errors import CorruptStoreError, InvalidArgumentError
 from .jumps import JumpRing, create_jump_files, memcmp
 from .npyfile import create_npy, open_npy
+from .roworder import SLOT_ORDER, SlotOrder
 from .schema import FieldSpec
 
 STACK_RECORDS_FILE = "stack_records.npy"
@@ -129,8 +130,10 @@ class FrameStacks:
     """The opened stack files of a frame-stack store (see the module docstring)."""
 
     def __init__(self, directory: str, frame: FieldSpec, k: int, max_size: int, num_envs: int,
-                 reserve_rows: int, writable: bool):
+                 reserve_rows: int, writable: bool, order: SlotOrder = SLOT_ORDER):
+        """``order``: which row of the ``states`` field holds a slot (``roworder.py``)."""
         self.k, self.num_envs, self.max_size = k, num_envs, max_size
+        self.order = order
         self.frame = frame
         self.tail_file = None
         self.records = JumpRing(directory, stack_spec(frame, k), max_size, reserve_rows, writable,
@@ -158,14 +161,15 @@ class FrameStacks:
     # ------------------------------------------------------------------ writing
     def save_tail(self, frames: np.ndarray, seen: int, base: int) -> None:
         """Before the step after ``seen`` overwrites slots: copy the frames they hold (of
-        transitions ``seen - max_size + 1 ...``, those after ``base``) into the tail."""
+        transitions ``seen - max_size + 1 ...``, those after ``base``) into the tail.
+        ``frames``: the ``states`` field's rows, in the file's order (``self.order``)."""
         m, n = self.max_size, self.num_envs
         first = max(seen - m, base) + 1
         last = seen + n - m
         if first > last:
             return
         vs = np.arange(first, last + 1, dtype=np.int64)
-        self.tail[(vs - 1) % self.rows] = frames[(vs - base - 1) % m]
+        self.tail[(vs - 1) % self.rows] = frames[self.order.rows((vs - base - 1) % m)]
 
     def append(self, count: int, ts, states: np.ndarray) -> int:
         return self.records.append(count, ts, states)

@@ -172,3 +172,16 @@ def start_writeback(fd: int, offset: int, nbytes: int) -> bool:
     if _SYNC_FILE_RANGE is None or nbytes <= 0:
         return False
     return _SYNC_FILE_RANGE(fd, offset, nbytes, SYNC_FILE_RANGE_WRITE) == 0
+
+
+def pread_all(fd: int, n: int, offset: int) -> bytes:
+    """Up to ``n`` bytes of ``fd`` from ``offset`` (fewer only at the end of the file)."""
+    parts = []
+    while n > 0:
+        chunk = os.pread(fd, min(n, 1 << 26), offset)
+        if not chunk:
+            break
+        parts.append(chunk)
+        n -= len(chunk)
+        offset += len(chunk)
+    return b"".join(parts)

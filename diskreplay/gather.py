@@ -141,10 +141,11 @@ class Gatherer:
         spec = self.fields["states"]
         cached = spec.row_bytes < FRAME_ROW_BYTES or not len(frame_slots) or \
             self.rows_cached(frame_slots[:PROBE_ROWS])
+        frame_rows = self.storage.rows("states", frame_slots)  # env-major frames: a stack's are neighbours
         if cached or slot_runs(idxs) is not None:
             rows = self.gather_some(idxs, head, ns_rows, names) if names else {}
             if cached:
-                return rows, self.storage.gather_arrays["states"].take(frame_slots, axis=0)
+                return rows, self.storage.gather_arrays["states"].take(frame_rows, axis=0)
             names = ()
         else:
             rows = self._take_resident(names, idxs)
@@ -153,7 +154,7 @@ class Gatherer:
                          for name in names})
         if self.row_reader is None:
             self.row_reader = RowReader()
-        distinct, where = np.unique(frame_slots, return_inverse=True)
+        distinct, where = np.unique(frame_rows, return_inverse=True)  # sorted: neighbours read as one span
         frames = np.empty((len(distinct),) + spec.shape, spec.dtype)
         locations = self.storage.locations
         self.row_reader.gather_many([locations["states"] + (distinct, frames)]
@@ -162,7 +163,7 @@ class Gatherer:
 
     def rows_cached(self, idxs) -> bool:
         """Whether to copy a large-row batch from the gather mapping: the first page of each
-        of these rows is in the page cache (a one-byte ``RWF_NOWAIT`` read each, a
+        of the ``states`` rows at these slots is in the page cache (a one-byte ``RWF_NOWAIT`` read each, a
         microsecond, no waiting for the disk) and so were the last ``WARM_STREAK`` probed.
 
         Through the mapping a row not in RAM costs a page fault per page, one after the
@@ -171,7 +172,7 @@ class Gatherer:
         while misses are rarer than about one row in a few hundred. Where the probe is
         unavailable, rows are taken as cached."""
         fd, offset, row_bytes = self.storage.locations["states"]
-        for i in idxs.tolist():
+        for i in self.storage.rows("states", idxs).tolist():
             if page_cached(fd, offset + i * row_bytes) is False:
                 self.probe_streak = 0
                 return False

@@ -29,6 +29,7 @@ from .prioritized import PRIORITY_FILE, create_priority_file, prioritized_bytes
 from .priorityargs import check_field_names
 from .prioritized import SPEC as PRIORITIES_SPEC
 from .prioritized import data_files as priority_files
+from .roworder import states_order
 from .rowsums import ROWSUMS_FILE
 from .schema import FieldSpec
 
@@ -272,7 +273,7 @@ class DataFiles:
 
     def __init__(self, directory: str, backend_name: str, fields: dict[str, FieldSpec], max_size: int,
                  num_envs: int, reserve_rows: int, writable: bool, with_jumps: bool = True,
-                 frame_stack: int | None = None):
+                 frame_stack: int | None = None, frames_layout: str | None = None):
         self.storage: RowStorage | None = None
         self.ns_file: MappedFile | None = None
         self.sums_file: MappedFile | None = None
@@ -281,6 +282,7 @@ class DataFiles:
         self.stacks: FrameStacks | None = None
         try:
             self.storage = get_backend(backend_name).open(directory, fields, max_size, writable)
+            self.storage.orders["states"] = states_order(frames_layout, max_size, num_envs)
             states = state_spec(fields, frame_stack)
             self.ns_file, self.ns, _ = open_npy(os.path.join(directory, NS_FILE),
                                                 (2, num_envs) + states.shape, states.dtype, writable)
@@ -291,7 +293,7 @@ class DataFiles:
                 self.jumps = JumpRing(directory, states, max_size, reserve_rows, writable)
             if frame_stack:
                 self.stacks = FrameStacks(directory, fields["states"], frame_stack, max_size, num_envs,
-                                          reserve_rows, writable)
+                                          reserve_rows, writable, self.storage.order("states"))
         except BaseException:
             self.close()
             raise

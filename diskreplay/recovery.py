@@ -103,15 +103,16 @@ def check_reserve_covers(t_lo: int, t_hi: int, checkpoint: Checkpoint | None, ba
             "reserve does not cover them; the store cannot be recovered")
 
 
-def restore_rows(arrays: dict, ckfile: CheckpointFile, checkpoint: Checkpoint, t_lo: int, t_hi: int,
+def restore_rows(storage, ckfile: CheckpointFile, checkpoint: Checkpoint, t_lo: int, t_hi: int,
                  base: int, max_size: int) -> int:
-    """Copy undo-reserve rows back into the ring for transitions in ``(t_lo, t_hi]``."""
+    """Copy undo-reserve rows back into the ring (``storage``, a ``RowStorage``) for
+    transitions in ``(t_lo, t_hi]``."""
     ts, ks = reserve_indices(t_lo, t_hi, checkpoint, base, max_size)
     if len(ts) == 0:
         return 0
     slots = ring.slot_of(ts, base, max_size)
-    for name, arr in arrays.items():
-        arr[slots] = ckfile.read_reserve_rows(checkpoint.slot, name, ks)
+    for name, arr in storage.arrays.items():
+        arr[storage.rows(name, slots)] = ckfile.read_reserve_rows(checkpoint.slot, name, ks)
     return len(ts)
 
 
@@ -154,15 +155,14 @@ def recover_for_writer(path: str, counters: Counters, data, fields, num_envs: in
     if fields is None and state.seen != 0:
         raise CorruptStoreError(f"{counters.path}: seen_size is {state.seen} but the store has no fields yet")
     if fields is not None:
-        arrays = data.storage.arrays
         check_reserve_covers(state.restore_from, state.restore_to, checkpoint, state.base, max_size, path)
-        restored = restore_rows(arrays, ckfile, checkpoint, state.restore_from, state.restore_to,
+        restored = restore_rows(data.storage, ckfile, checkpoint, state.restore_from, state.restore_to,
                                 state.base, max_size)
         if state.from_checkpoint:
             data.ns[(state.seen // num_envs) % 2] = ckfile.read_ns(checkpoint.slot, num_envs)
             # A flush cut short may have summed rows that were just rolled back.
             ts, _ = reserve_indices(state.restore_from, state.restore_to, checkpoint, state.base, max_size)
-            set_sums_for(data.sums, arrays, ring.slot_of(ts, state.base, max_size), ts - max_size)
+            set_sums_for(data.sums, data.storage, ring.slot_of(ts, state.base, max_size), ts - max_size)
         if restored or state.from_checkpoint:
             data.sync_rows()
     jumps = committed_jumps(state, data, num_envs)

@@ -94,10 +94,10 @@ class RowReader:
             if len(jobs) > first:
                 mine = jobs[first:]
                 mine.sort(key=_job_position)  # ascending offsets: the order the hints go in
-                jobs[first:] = mine
                 if self.hint:
                     hints.extend((fd, start, length) for start, length in
                                  _page_ranges([job[1] for job in mine], row_bytes))
+                jobs[first:] = _spans(mine)
         if not jobs:
             return outs
         if len(jobs) > 1:
@@ -211,6 +211,21 @@ def _page_ranges(positions, row_bytes: int) -> list:
     starts = first[new_run]
     ends = last[np.append(np.flatnonzero(new_run)[1:] - 1, len(pos) - 1)]
     return [(int(a) * PAGE, int(b - a + 1) * PAGE) for a, b in zip(starts, ends)]
+
+
+def _spans(jobs: list) -> list:
+    """Jobs sorted by position with neighbouring rows, also neighbours in ``out`` (rows
+    asked in ascending order), joined: one ``preadv`` a span (a frame stack's rows)."""
+    if len(jobs) < 2:
+        return jobs
+    out = [jobs[0]]
+    for job in jobs[1:]:
+        fd, pos, view, start, length, got = out[-1]
+        if job[5] == 0 and job[0] == fd and job[1] == pos + length and job[2] is view and job[3] == start + length:
+            out[-1] = (fd, pos, view, start, length + job[4], got)
+        else:
+            out.append(job)
+    return out
 
 
 def _work(jobs) -> None:

@@ -20,15 +20,23 @@ from . import ring
 ROWSUMS_FILE = "rowsums.npy"
 
 
-def byte_rows(arrays: dict) -> list[np.ndarray]:
-    """Each field as a (max_size, row_bytes) uint8 view, in field order."""
-    return [arr.reshape(arr.shape[0], -1).view(np.uint8) for arr in arrays.values()]
+def byte_rows(storage) -> tuple[list[np.ndarray], list]:
+    """Each field of a ``RowStorage`` as a (max_size, row_bytes) uint8 view in the file's
+    row order, and each field's order (which row holds a slot: ``roworder.py``)."""
+    arrays = storage.arrays
+    return ([arr.reshape(arr.shape[0], -1).view(np.uint8) for arr in arrays.values()],
+            [storage.order(name) for name in arrays])
 
 
 def row_sum(rows: list[np.ndarray], slot: int, t: int) -> int:
+    return _sum_at(rows, [slot] * len(rows), t)
+
+
+def _sum_at(rows: list[np.ndarray], where, t: int) -> int:
+    """The sum of transition ``t`` whose fields' rows are ``rows[f][where[f]]``."""
     crc = zlib.crc32(int(t).to_bytes(8, "little", signed=True))
-    for field_rows in rows:
-        crc = zlib.crc32(field_rows[slot], crc)
+    for field_rows, r in zip(rows, where):
+        crc = zlib.crc32(field_rows[r], crc)
     return crc
 
 
@@ -90,12 +98,14 @@ def _ring_slots(t_lo: int, t_hi: int, base: int, max_size: int) -> tuple[np.ndar
     return ts, ring.slot_of(ts, base, max_size)
 
 
-def _sums_at(rows: list[np.ndarray], slots: np.ndarray, ts: np.ndarray) -> np.ndarray:
+def _sums_at(rows: list[np.ndarray], orders: list, slots: np.ndarray, ts: np.ndarray) -> np.ndarray:
     """Sums of the rows at ``slots``: small rows gathered and summed at once, large ones
     one by one in place (a gather would copy them for nothing)."""
+    at = [order.rows(slots) for order in orders]
     if 8 + sum(r.shape[1] for r in rows) <= VECTOR_ROW_BYTES:
-        return batch_sums([r[slots] for r in rows], ts)
-    return np.fromiter((row_sum(rows, s, t) for s, t in zip(slots.tolist(), ts.tolist())), np.uint32, len(ts))
+        return batch_sums([r[a] for r, a in zip(rows, at)], ts)
+    return np.fromiter((_sum_at(rows, where, t) for where, t in zip(zip(*(a.tolist() for a in at)), ts.tolist())),
+                       np.uint32, len(ts))
 
 
 def _batch(rows: list[np.ndarray]) -> int:
@@ -103,29 +113,30 @@ def _batch(rows: list[np.ndarray]) -> int:
     return max(1, min(_BATCH, (1 << 26) // (8 + sum(r.shape[1] for r in rows))))
 
 
-def update_sums(sums: np.ndarray, arrays: dict, t_lo: int, t_hi: int, base: int, max_size: int) -> None:
-    """Store the sums of transitions ``(t_lo, t_hi]`` (those still in the ring)."""
-    set_sums_for(sums, arrays, *_ring_slots(t_lo, t_hi, base, max_size)[::-1])
+def update_sums(sums: np.ndarray, storage, t_lo: int, t_hi: int, base: int, max_size: int) -> None:
+    """Store the sums of transitions ``(t_lo, t_hi]`` (those still in the ring) of the rows
+    of ``storage`` (a ``RowStorage``)."""
+    set_sums_for(sums, storage, *_ring_slots(t_lo, t_hi, base, max_size)[::-1])
 
 
-def set_sums_for(sums: np.ndarray, arrays: dict, slots: np.ndarray, ts: np.ndarray) -> None:
-    rows = byte_rows(arrays)
+def set_sums_for(sums: np.ndarray, storage, slots: np.ndarray, ts: np.ndarray) -> None:
+    rows, orders = byte_rows(storage)
     slots, ts = np.asarray(slots, np.int64), np.asarray(ts, np.int64)
     step = _batch(rows)
     for lo in range(0, len(ts), step):
-        sums[slots[lo:lo + step]] = _sums_at(rows, slots[lo:lo + step], ts[lo:lo + step])
+        sums[slots[lo:lo + step]] = _sums_at(rows, orders, slots[lo:lo + step], ts[lo:lo + step])
 
 
-def torn_slots(sums: np.ndarray, arrays: dict, t_lo: int, t_hi: int, base: int, max_size: int,
+def torn_slots(sums: np.ndarray, storage, t_lo: int, t_hi: int, base: int, max_size: int,
                progress=None) -> list[int]:
     """Slots among transitions ``(t_lo, t_hi]`` whose row does not match its sum."""
     bad = []
-    rows = byte_rows(arrays)
+    rows, orders = byte_rows(storage)
     ts, slots = _ring_slots(t_lo, t_hi, base, max_size)
     step = _batch(rows)
     for lo in range(0, len(ts), step):
         part = slots[lo:lo + step]
-        wrong = _sums_at(rows, part, ts[lo:lo + step]) != sums[part]
+        wrong = _sums_at(rows, orders, part, ts[lo:lo + step]) != sums[part]
         bad.extend(part[wrong].tolist())
         if progress is not None:
             progress(lo)

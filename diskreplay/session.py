@@ -86,7 +86,8 @@ class Session:
     def _map_data(self) -> None:
         self.data = DataFiles(self.directory, self.desc["backend"], self.fields, self.max_size,
                               self.num_envs, self.reserve_rows, self.writable,
-                              with_jumps=self.desc["format_version"] >= 2, frame_stack=self.frame_stack)
+                              with_jumps=self.desc["format_version"] >= 2, frame_stack=self.frame_stack,
+                              frames_layout=self.desc.get("frames_layout"))
         self.gatherer = Gatherer(self.fields, self.data.storage, self.num_envs, self.max_size)
         if self.data.stacks is not None:
             self.stack_batches = StackBatches(self.data.stacks, self.gatherer, self.data.jumps, self.num_envs,
@@ -375,7 +376,7 @@ class Session:
             raise CorruptStoreError(f"{self.data.ckfile.path}: neither checkpoint slot is valid")
         upto = min(checkpoint.seen, self.seen)
         first = max(self.base, self.seen - self.max_size, 0)
-        bad = torn_slots(self.data.sums, self.data.storage.arrays, first, upto, self.base, self.max_size,
+        bad = torn_slots(self.data.sums, self.data.storage, first, upto, self.base, self.max_size,
                          progress)
         return max(0, upto - first), self._still_damaged(bad)
 

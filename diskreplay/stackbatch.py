@@ -51,9 +51,9 @@ class StackBatches:
         gatherer = self.gatherer
         if slot_runs(slots) is None and (self.small_frames or gatherer.rows_cached(slots[:PROBE_ROWS])):
             arrays = gatherer.storage.gather_arrays
-            frames = arrays["states"]
-            states = frames.take(chain_slots[:, :k], axis=0)
-            next_states = frames.take(chain_slots[:, 1:], axis=0)
+            frames, chain_rows = arrays["states"], gatherer.storage.rows("states", chain_slots)
+            states = frames.take(chain_rows[:, :k], axis=0)
+            next_states = frames.take(chain_rows[:, 1:], axis=0)
             batch = {name: arrays[name].take(slots, axis=0) for name in self.others}
         else:  # cold frames or a scan's runs: each distinct frame read once, as Gatherer.stack_rows does
             if len(hits):  # the whole states (and jump-ring next states) read later: announced now

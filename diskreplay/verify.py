@@ -38,6 +38,7 @@ from .checkpoint import CHECKPOINT_FILE, CheckpointFile, CheckpointLayout
 from .counters import COMMIT_RETRIES, COUNTERS_FILE, W_JUMPS, W_STACKS, Counters
 from .description import DESCRIPTION_FILE, read_description
 from .errors import DiskReplayError, StoreLockedError
+from .fsutil import pread_all as _pread_all
 from .jumps import JUMP_STATES_FILE, JUMPS_FILE, jump_capacity
 from .framestack import STACK_RECORDS_FILE, STACK_STATES_FILE, STACK_TAIL_FILE, record_window, stack_spec, tail_rows
 from .layout import CREATING_MARKER, NS_FILE, check_is_store, state_spec
@@ -45,6 +46,7 @@ from .lock import writer_alive
 from .npyfile import read_npy_header
 from .prioritized import PRIORITY_FILE, Priorities
 from .priorityargs import is_prioritized
+from .roworder import LAYOUT_KEY, SLOT_ORDER, states_order
 from .rowsums import ROWSUMS_FILE, batch_sums
 
 BLOCK_BYTES = 8 << 20
@@ -341,7 +343,8 @@ def _read_rows(directory, desc, starts, counters_state, checkpoint_seen, report,
     first = max(base, seen - max_size, 0)
     crc_on = sums_offset is not None and upto > first
     row_bytes = sum(fields[n].row_bytes for n in names)
-    step = max(1, BLOCK_BYTES // max(1, row_bytes))
+    order, n = states_order(desc.get(LAYOUT_KEY), max_size, desc["num_envs"]), desc["num_envs"]
+    step = max(n, BLOCK_BYTES // max(1, row_bytes) // n * n)  # whole steps: env-major frames read per env
     done = 0
     bad_bools = {}
     mismatched = []
@@ -363,7 +366,9 @@ def _read_rows(directory, desc, starts, counters_state, checkpoint_seen, report,
                 raw = b""
                 if name not in failed:
                     try:
-                        raw = _pread_all(fds[path], want, offset + lo * spec.row_bytes)
+                        raw = (order if name == "states" else SLOT_ORDER).read_block(
+                            lambda row, rows: _pread_all(fds[path], rows * spec.row_bytes, offset + row * spec.row_bytes),
+                            lo, hi - lo, spec.row_bytes)
                     except OSError as exc:
                         report.problem(f"{path}: I/O error reading slots {lo}..{hi - 1} of field {name!r} ({exc})")
                         failed.add(name)
@@ -433,18 +438,6 @@ def _not_overwritten(directory, desc, mismatched):
     finally:
         counters.close()
     return [(s, t) for s, t in mismatched if t + desc["max_size"] > intent]
-
-
-def _pread_all(fd: int, n: int, offset: int) -> bytes:
-    parts = []
-    while n > 0:
-        chunk = os.pread(fd, min(n, 1 << 26), offset)
-        if not chunk:
-            break
-        parts.append(chunk)
-        n -= len(chunk)
-        offset += len(chunk)
-    return b"".join(parts)
 
 
 __all__ = ["VerifyReport", "verify_store"]

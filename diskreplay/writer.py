@@ -225,10 +225,12 @@ class Writer(Flushing, Session):
             state = values[0]
             stacks.save_tail(self.arrays[0], seen, self.base)  # the frames this step overwrites
             values = [state[:, -1]] + values[1:]
-        for arr, value in zip(self.arrays, values):
-            arr[start:start + fit] = value[:fit]
+        storage = self.data.storage
+        for name, arr, value in zip(self.fields, self.arrays, values):
+            order = storage.order(name)  # a frame-stack store's frames may lie env-major (roworder.py)
+            arr[order.span(start, fit)] = value[:fit]
             if fit < n:  # the step wraps around the ring end
-                arr[: n - fit] = value[fit:]
+                arr[order.span(0, n - fit)] = value[fit:]
         count = self.jcount
         if new:
             try:
@@ -272,7 +274,7 @@ class Writer(Flushing, Session):
             self.scount = int(words[W_STACKS])
             self.seen = intent
             return
-        restore_rows(self.data.storage.arrays, self.data.ckfile, self.checkpoint, self.seen, intent,
+        restore_rows(self.data.storage, self.data.ckfile, self.checkpoint, self.seen, intent,
                      self.base, self.max_size)
         words[W_JUMPS] = self.jcount  # back to the state before the step, as recovery would make it
         words[W_STACKS] = self.scount

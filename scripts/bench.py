@@ -57,7 +57,8 @@ pages of the store's files still resident: none, except meta.bin (the store's on
 counter record, written by every sample(); not counted) and, for diskreplay, the byte
 ranges of the small fields that its cold path keeps in RAM (mapped and locked: the drop
 cannot evict them; not counted, ``pinned_pages`` gives their size in pages). Bytes read per
-batch are /proc/self/io read_bytes.
+batch are /proc/self/io read_bytes, read calls per batch its syscr (every read, pread and
+preadv the batch made, those answered from the page cache included).
 Where fio is installed, W4 also measures the disk's limit for its reads, once a round, on
 the W3 memmap store's frames (scripts/bench_fio.py: random row reads at depth 32 through
 io_uring, buffered and direct), and gives W4 as a fraction of it (x_fio_buffered,
@@ -168,11 +169,18 @@ def rss_anon_bytes() -> int:
 
 
 def read_bytes() -> int:
+    return io_counts()[0]
+
+
+def io_counts() -> tuple[int, int]:
+    """``(read_bytes, syscr)`` of this process (/proc/self/io): bytes the disk read for it,
+    and its read system calls."""
+    found = {}
     with open("/proc/self/io") as f:
         for line in f:
-            if line.startswith("read_bytes:"):
-                return int(line.split()[1])
-    return 0
+            key, _, value = line.partition(":")
+            found[key] = int(value)
+    return found.get("read_bytes", 0), found.get("syscr", 0)
 
 
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -812,23 +820,26 @@ def run_cold_worker(system_name, spec, workdir, source="W3"):
     for _ in range(spec["sample_warmup"]):
         sample(32)
     peak()
-    times, nbytes, resident, drops = [], [], [], []
+    times, nbytes, calls, resident, drops = [], [], [], [], []
     for _ in range(spec["sample_calls"]):
         t = time.perf_counter()
         drop_cache(files, mappings)
         drops.append(time.perf_counter() - t)
         pinned = system.pinned_ranges() if isinstance(system, DiskReplaySystem) else {}
         resident.append(sum(resident_pages(p, pinned.get(os.path.realpath(p), ())) for p in checked))
-        before = read_bytes()
+        before = io_counts()
         t = time.perf_counter()
         sample(32)
         times.append(time.perf_counter() - t)
-        nbytes.append(read_bytes() - before)
+        after = io_counts()
+        nbytes.append(after[0] - before[0])
+        calls.append(after[1] - before[1])
     peak()
     med = statistics.median(times)
     result["cold_ms_per_batch"] = 1000 * med
     result["sample32_per_s"] = 1 / med
     result["cold_bytes_per_batch"] = statistics.median(nbytes)
+    result["cold_read_calls_per_batch"] = statistics.median(calls)
     result["resident_pages_before_batch"] = max(resident)
     if isinstance(system, DiskReplaySystem):
         result["pinned_pages"] = sum(-(-pin.nbytes // mmap.PAGESIZE) for pin in system.buf._session.gatherer.pins)
@@ -1101,7 +1112,8 @@ def stacked_table(results):
         name = f"diskreplay-{backend}"
         for w, other, key in (("W6", "W3", "disk_bytes_per_transition"), ("W6", "W3", "add_per_s"),
                               ("W6", "W3", "sample32_per_s"), ("W6cold", "W4", "sample32_per_s"),
-                              ("W6cold", "W4", "cold_bytes_per_batch")):
+                              ("W6cold", "W4", "cold_bytes_per_batch"),
+                              ("W6cold", "W4", "cold_read_calls_per_batch")):
             a = results.get(w, {}).get(name, {}).get(key)
             if not a:
                 continue

@@ -237,27 +237,27 @@ def test_frames_stored_once(tmp_path):
 
 
 # ---------------------------------------------------------------- crashes
-@pytest.mark.parametrize("num_envs", [1, 3])
+@pytest.mark.parametrize("num_envs, max_size", [(1, 29), (3, 29), (3, 30)])  # 30: frames env-major
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_sigkill_of_a_stacking_writer_loses_nothing_acknowledged(tmp_path, backend, num_envs):
-    summary = run_kill_loop(str(tmp_path), backend, num_envs, kills=16, max_size=29,
-                            seed=77 + num_envs + (backend == "hdf5"), frame_stack=4)
+def test_sigkill_of_a_stacking_writer_loses_nothing_acknowledged(tmp_path, backend, num_envs, max_size):
+    summary = run_kill_loop(str(tmp_path), backend, num_envs, kills=16, max_size=max_size,
+                            seed=77 + num_envs + max_size + (backend == "hdf5"), frame_stack=4)
     assert summary["failures"] == []
     assert summary["kills"] == 16
-    assert summary["seen"] > 5 * 29  # the ring wrapped
+    assert summary["seen"] > 5 * max_size  # the ring wrapped
     assert summary["verified"] > 0
 
 
-@pytest.mark.parametrize("num_envs, flush_every", [(1, None), (3, 2)])
+@pytest.mark.parametrize("num_envs, flush_every, max_size", [(1, None, 37), (3, 2, 37), (3, 2, 36)])  # 36: env-major
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_power_cut_images_of_a_stacking_store(tmp_path, monkeypatch, backend, num_envs, flush_every):
+def test_power_cut_images_of_a_stacking_store(tmp_path, monkeypatch, backend, num_envs, flush_every, max_size):
     import test_power_loss as power
 
     monkeypatch.setattr(power, "CRASH_POINTS", 20)
-    rng = random.Random(5 + num_envs + 100 * (backend == "hdf5"))
+    rng = random.Random(5 + num_envs + max_size + 100 * (backend == "hdf5"))
     rec = power.run_workload(str(tmp_path / "src.replay"), backend, num_envs, rng, monkeypatch,
-                             flush_every=flush_every, frame_stack=4)
-    assert rec.flushed > 37  # flushes happened while the ring wrapped
+                             flush_every=flush_every, frame_stack=4, max_size=max_size)
+    assert rec.flushed > max_size  # flushes happened while the ring wrapped
     images, violations = power.check_images(rec, tmp_path, rng, monkeypatch)
     assert images >= 20 * power.IMAGES_PER_CRASH
     assert violations == [], violations[:10]
@@ -419,10 +419,11 @@ def test_same_answers_as_a_store_of_whole_states(tmp_path, backend, num_envs):
     stacked.close()
 
 
-def test_plain_numpy_rebuilds_stacks_as_format_md_says(tmp_path):
+@pytest.mark.parametrize("m", [29, 30])  # frames in slot order, and env-major
+def test_plain_numpy_rebuilds_stacks_as_format_md_says(tmp_path, m):
     """The recipe of FORMAT.md ("Frame stacks"), run as written, on a store that wrapped."""
     path = str(tmp_path / "s")
-    with fill_stacked(path, "memmap", num_envs=3, max_size=29, steps=40) as buf:
+    with fill_stacked(path, "memmap", num_envs=3, max_size=m, steps=40) as buf:
         want = buf.get(np.arange(buf.size))
         jumps = buf.get(np.arange(buf.size), fields="jumps")["jumps"]  # next states from the jump ring
         head = buf.head
@@ -432,10 +433,11 @@ def test_plain_numpy_rebuilds_stacks_as_format_md_says(tmp_path):
     desc = json.load(open(f"{path}/store.json"))
     words = np.fromfile(f"{path}/meta.bin", dtype="<i8", count=16)
     seen = int(words[3]) ^ int(words[7])
-    scope = {"np": np, "path": path, "desc": desc, "seen": seen, "base": int(words[5]), "m": 29, "n": 3}
+    scope = {"np": np, "path": path, "desc": desc, "seen": seen, "base": int(words[5]), "m": m, "n": 3}
     exec(recipe, scope)
-    for slot in range(29):
-        t = seen - (head - slot) % 29
+    assert desc.get("frames_layout") == ("env-major" if m == 30 else None)
+    for slot in range(m):
+        t = seen - (head - slot) % m
         np.testing.assert_array_equal(scope["state"](t), want["states"][slot])
         if t <= seen - 3 and not jumps[slot]:
             np.testing.assert_array_equal(scope["state"](t + 3), want["next_states"][slot])

@@ -111,9 +111,9 @@ def crash_image(durable: dict, current: dict, rng: random.Random) -> dict:
 
 def run_workload(store: str, backend: str, num_envs: int, rng: random.Random, monkeypatch,
                  remove_data_barrier: bool = False, flush_every: int | None = None,
-                 frame_stack: int | None = None) -> PowerLossRecorder:
-    """``frame_stack``: a frame-stack store (``crash_common.stack_step_args``), for tests/test_frame_stack.py."""
-    max_size = 37
+                 frame_stack: int | None = None, max_size: int = 37) -> PowerLossRecorder:
+    """``frame_stack``: a frame-stack store (``crash_common.stack_step_args``), for tests/test_frame_stack.py
+    (``max_size`` a multiple of ``num_envs``: its frames env-major)."""
     fields = crash_fields((frame_stack,) + FRAME) if frame_stack else crash_fields()
     buf = DiskReplay.create(store, max_size, num_envs=num_envs, backend=backend, fields=fields,
                             seed=7, flush_every=flush_every, frame_stack=frame_stack)

@@ -284,3 +284,31 @@ def test_rowreader_errors_are_diskreplay_errors(tmp_path):
     finally:
         os.close(fd)
         os.close(dir_fd)
+
+
+def test_neighbouring_rows_asked_in_order_are_one_read(tmp_path, monkeypatch):
+    """A frame stack's env-major rows (roworder.py) cost one preadv a span, not one a row;
+    rows asked out of order, repeated or apart are still each where they belong."""
+    path = tmp_path / "rows.bin"
+    data = np.arange(100 * 24, dtype=np.uint8).reshape(100, 24)
+    data.tofile(path)
+    calls = []
+    real = os.preadv
+
+    def counting(fd, buffers, offset, *flags):
+        calls.append(sum(len(b) for b in buffers))
+        return real(fd, buffers, offset, *flags)
+
+    monkeypatch.setattr(os, "preadv", counting)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        with RowReader(nowait=False) as reader:  # as a cold batch's reads after its misses
+            for idxs, spans in (([3, 4, 5, 6, 7, 40, 41, 42, 43, 44], [120, 120]),
+                                ([7, 3, 4, 5, 90, 7, 6], [24, 72, 24, 24, 24])):
+                calls.clear()
+                out = np.empty((len(idxs), 24), np.uint8)
+                reader.gather(fd, 0, 24, idxs, out)
+                np.testing.assert_array_equal(out, data[idxs])
+                assert sorted(calls) == sorted(spans)
+    finally:
+        os.close(fd)

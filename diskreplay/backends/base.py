@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ..mapped import MappedFile
+from ..roworder import SLOT_ORDER, SlotOrder
 
 
 class RowStorage:
@@ -11,7 +12,9 @@ class RowStorage:
     ``arrays[name]`` is the view to write rows through and to scan in order;
     ``gather_arrays[name]`` the read-only view for random gathers (``MADV_RANDOM``);
     ``locations[name]`` is ``(fd, offset, row_bytes)`` for positioned reads of whole rows
-    (``fd`` advised ``POSIX_FADV_RANDOM``).
+    (``fd`` advised ``POSIX_FADV_RANDOM``). Arrays and locations are in the file's row
+    order; ``orders[name]`` (``roworder.py``) says which row holds a slot, and code that
+    indexes rows by slot asks ``order(name)`` or ``rows(name, slots)``.
     """
 
     def __init__(self, files: list[MappedFile], arrays: dict, gather_arrays: dict, locations: dict):
@@ -19,6 +22,14 @@ class RowStorage:
         self.arrays = arrays
         self.gather_arrays = gather_arrays
         self.locations = locations
+        self.orders: dict[str, SlotOrder] = {}  # fields not named keep slot s at row s
+
+    def order(self, name: str) -> SlotOrder:
+        return self.orders.get(name, SLOT_ORDER)
+
+    def rows(self, name: str, slots):
+        """The rows of field ``name`` that hold ``slots``."""
+        return self.orders.get(name, SLOT_ORDER).rows(slots)
 
     def sync(self) -> None:
         for f in self.files:
