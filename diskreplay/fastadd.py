@@ -26,6 +26,11 @@ from .counters import W_CHECK, W_INTENT, W_SEEN
 from .jumps import SMALL_BYTES, same_bytes
 from .schema import FieldSpec, float_bounds
 
+try:
+    from . import _rows
+except ImportError:  # not built: the vector add writes its fields with numpy (rowsums.implementation())
+    _rows = None
+
 
 def fast_add(w):
     """``add`` for one env: cheap checks, a row store per field, one commit
@@ -84,7 +89,9 @@ def fast_add(w):
 
 
 def fast_vector_add(w):
-    """``add`` for a vector env: exact-dtype arrays go straight to one slice write per field.
+    """``add`` for a vector env: exact-dtype arrays go straight to one slice write per field
+    (or, where ``_rows`` is built, to its ``step``: the compare, the row copies and the
+    commit in one C call; ``step_plan``).
 
     The checks are chained ``is`` tests on cached shapes and dtypes (an equal dtype that is
     not the same object falls back to ``==``); exact dtypes need no value checks."""
@@ -106,6 +113,8 @@ def fast_vector_add(w):
     settle = w.settle
     ndarray = np.ndarray
     general = w.add
+    plan = step_plan(w) if not has_extras else None
+    c_step = _rows.step if plan is not None else None
 
     def add(state, action, reward, next_state, done, **extra):
         with mutex:
@@ -124,9 +133,17 @@ def fast_vector_add(w):
             t_end = seen + n
             start = (seen - w.base) % max_size
             stop = start + n
-            if stop > max_size or t_end > w.due or (
-                    state.tobytes() != ns_pair[(seen // n) & 1].tobytes() if small
-                    else not same(state, (seen // n) & 1)):
+            if stop > max_size or t_end > w.due:
+                return general(state, action, reward, next_state, done, extra)
+            if c_step is not None:  # one C call, never interrupted part-way (nothing to settle)
+                done_ = c_step(plan, words, start, t_end, (seen // n) & 1, state, action, reward, done, next_state)
+                if done_:
+                    w.seen = t_end
+                    return
+                if done_ is False:  # a jump
+                    return general(state, action, reward, next_state, done, extra)
+                # None: an input that is not C-contiguous, copied below
+            if state.tobytes() != ns_pair[(seen // n) & 1].tobytes() if small else not same(state, (seen // n) & 1):
                 return general(state, action, reward, next_state, done, extra)
             try:
                 words[W_INTENT] = t_end
@@ -146,6 +163,22 @@ def fast_vector_add(w):
                 raise
 
     return add
+
+
+def step_plan(w) -> bytes | None:
+    """The plan of ``_rows.step`` for a vector store's four core fields (``_rows.c``: their
+    row bytes and addresses, the ``ns_buffer`` areas', the counter words' indices and the
+    check key), or None where ``_rows`` is not built or an array is not C-contiguous.
+    The addresses stay valid while the arrays do: the fast add that holds the plan holds them."""
+    arrays = _core_arrays(w) + [w.data.ns]
+    if _rows is None or not all(arr.flags.c_contiguous for arr in arrays + [w.words]):
+        return None
+    ns = w.data.ns
+    head = [4, w.num_envs, w.max_size, w.key, ns[0].nbytes, ns[0].ctypes.data, ns[1].ctypes.data,
+            W_INTENT, W_SEEN, W_CHECK]
+    for arr in arrays[:4]:
+        head += [arr.itemsize * int(np.prod(arr.shape[1:], dtype=np.int64)), arr.ctypes.data]
+    return np.array(head, np.int64).tobytes()
 
 
 def fast_stack_add(w):
