@@ -155,7 +155,7 @@ done_seq:
 enum { P_FIELDS, P_ENVS, P_ROWS, P_KEY, P_NS_BYTES, P_NS0, P_NS1, P_INTENT, P_SEEN, P_CHECK, P_HEAD };
 #define NWORDS 16
 
-#define STEP_ARGS 5
+#define RELEASE_BYTES (1 << 16)
 
 static void store_word(int64_t *w, int64_t v) {
 #if defined(__GNUC__)
@@ -222,23 +222,27 @@ static PyObject *step(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
         }
     }
     const uint8_t *previous = (const uint8_t *)(intptr_t)plan[parity ? P_NS1 : P_NS0];
-    if (memcmp(in[0].buf, previous, (size_t)ns_bytes) != 0) {
-        result = Py_False;
-        Py_INCREF(result);
-        goto done;
-    }
     int64_t *w = (int64_t *)words.buf;
-    store_word(&w[plan[P_INTENT]], t_end);
-    fence();
-    for (Py_ssize_t f = 0; f < nfields; f++) {
-        int64_t row_bytes = plan[P_HEAD + 2 * f];
-        uint8_t *dst = (uint8_t *)(intptr_t)plan[P_HEAD + 2 * f + 1] + slot * row_bytes;
-        memcpy(dst, in[f].buf, (size_t)(row_bytes * envs));
+    int same;
+    /* Large steps (frames) copy without the GIL, as numpy's copies would: another thread's
+     * Python runs meanwhile; the writer's mutex, held by the caller, keeps the store's. */
+    PyThreadState *saved = ns_bytes >= RELEASE_BYTES ? PyEval_SaveThread() : NULL;
+    same = memcmp(in[0].buf, previous, (size_t)ns_bytes) == 0;
+    if (same) {
+        store_word(&w[plan[P_INTENT]], t_end);
+        fence();
+        for (Py_ssize_t f = 0; f < nfields; f++) {
+            int64_t row_bytes = plan[P_HEAD + 2 * f];
+            uint8_t *dst = (uint8_t *)(intptr_t)plan[P_HEAD + 2 * f + 1] + slot * row_bytes;
+            memcpy(dst, in[f].buf, (size_t)(row_bytes * envs));
+        }
+        memcpy((uint8_t *)(intptr_t)plan[((t_end / envs) & 1) ? P_NS1 : P_NS0], in[nfields].buf, (size_t)ns_bytes);
+        store_word(&w[plan[P_SEEN]], t_end);
+        store_word(&w[plan[P_CHECK]], t_end ^ plan[P_KEY]);
     }
-    memcpy((uint8_t *)(intptr_t)plan[((t_end / envs) & 1) ? P_NS1 : P_NS0], in[nfields].buf, (size_t)ns_bytes);
-    store_word(&w[plan[P_SEEN]], t_end);
-    store_word(&w[plan[P_CHECK]], t_end ^ plan[P_KEY]);
-    result = Py_True;
+    if (saved != NULL)
+        PyEval_RestoreThread(saved);
+    result = same ? Py_True : Py_False;  /* False: a jump, nothing written */
     Py_INCREF(result);
 done:
     while (got > 0)

@@ -27,9 +27,9 @@ from .jumps import SMALL_BYTES, same_bytes
 from .schema import FieldSpec, float_bounds
 
 try:
-    from . import _rows
+    from ._rows import step as c_step
 except ImportError:  # not built: the vector add writes its fields with numpy (rowsums.implementation())
-    _rows = None
+    c_step = None
 
 
 def fast_add(w):
@@ -114,7 +114,7 @@ def fast_vector_add(w):
     ndarray = np.ndarray
     general = w.add
     plan = step_plan(w) if not has_extras else None
-    c_step = _rows.step if plan is not None else None
+    kernel = c_step if plan is not None else None
 
     def add(state, action, reward, next_state, done, **extra):
         with mutex:
@@ -135,12 +135,17 @@ def fast_vector_add(w):
             stop = start + n
             if stop > max_size or t_end > w.due:
                 return general(state, action, reward, next_state, done, extra)
-            if c_step is not None:  # one C call, never interrupted part-way (nothing to settle)
-                done_ = c_step(plan, words, start, t_end, (seen // n) & 1, state, action, reward, done, next_state)
-                if done_:
-                    w.seen = t_end
-                    return
-                if done_ is False:  # a jump
+            if kernel is not None:  # one C call: no signal handler runs in the middle of it
+                try:
+                    stepped = kernel(plan, words, start, t_end, (seen // n) & 1, state, action, reward, done,
+                                     next_state)
+                    if stepped:
+                        w.seen = t_end
+                        return
+                except BaseException:
+                    settle()  # an exception after the step committed: seen catches up
+                    raise
+                if stepped is False:  # a jump
                     return general(state, action, reward, next_state, done, extra)
                 # None: an input that is not C-contiguous, copied below
             if state.tobytes() != ns_pair[(seen // n) & 1].tobytes() if small else not same(state, (seen // n) & 1):
@@ -171,7 +176,7 @@ def step_plan(w) -> bytes | None:
     check key), or None where ``_rows`` is not built or an array is not C-contiguous.
     The addresses stay valid while the arrays do: the fast add that holds the plan holds them."""
     arrays = _core_arrays(w) + [w.data.ns]
-    if _rows is None or not all(arr.flags.c_contiguous for arr in arrays + [w.words]):
+    if c_step is None or not all(arr.flags.c_contiguous for arr in arrays + [w.words]):
         return None
     ns = w.data.ns
     head = [4, w.num_envs, w.max_size, w.key, ns[0].nbytes, ns[0].ctypes.data, ns[1].ctypes.data,

@@ -9,8 +9,8 @@ C where ``_rows`` is built (``_rows.c``: slicing by eight, straight from the row
 released; about 25 ns a W1 row), else with a table-driven CRC-32 run across all rows in
 numpy, four bytes per step (slicing by four; about 120 ns a W1 row), where a Python call
 per row would cost more than the bytes. Larger rows with zlib, whose per-row call is then
-small beside the bytes (and whose CRC is about twice as fast as the C kernel's per byte). All give zlib's CRC-32, the one in the format;
-``implementation()`` says which is in use.
+small beside the bytes (and whose CRC is about twice as fast as the C kernel's per byte).
+All give zlib's CRC-32, the one in the format; ``implementation()`` says which is in use.
 """
 from __future__ import annotations
 
@@ -21,16 +21,16 @@ import numpy as np
 from . import ring
 
 try:
-    from . import _rows
+    from ._rows import crc_rows
 except ImportError:  # not built (no compiler at install): numpy and zlib do the same, slower
-    _rows = None
+    crc_rows = None
 
 ROWSUMS_FILE = "rowsums.npy"
 
 
 def implementation() -> str:
     """``"C"`` when the ``_rows`` kernels are built, else ``"numpy"``."""
-    return "numpy" if _rows is None else "C"
+    return "numpy" if crc_rows is None else "C"
 
 
 def byte_rows(arrays: dict) -> list[np.ndarray]:
@@ -69,7 +69,7 @@ def batch_sums(rows: list[np.ndarray], ts: np.ndarray) -> np.ndarray:
     ``(n, row_bytes)`` uint8 array, field order) with transition number ``ts[i]``."""
     ts = np.asarray(ts, dtype=np.int64)
     n = len(ts)
-    if _rows is not None and n and 8 + sum(r.shape[1] for r in rows) <= VECTOR_ROW_BYTES:
+    if crc_rows is not None and n and 8 + sum(r.shape[1] for r in rows) <= VECTOR_ROW_BYTES:
         return _crc_at([np.ascontiguousarray(r) for r in rows], np.arange(n, dtype=np.int64), ts)
     return batch_sums_numpy(rows, ts)
 
@@ -108,7 +108,7 @@ def _crc_columns(data: np.ndarray) -> np.ndarray:
 def _crc_at(rows: list[np.ndarray], slots: np.ndarray, ts: np.ndarray) -> np.ndarray:
     """The C kernel's sums of rows ``slots`` of ``rows`` (C-contiguous, equally many rows)."""
     out = np.empty(len(ts), np.uint32)
-    _rows.crc_rows(out, np.ascontiguousarray(slots, np.int64), np.ascontiguousarray(ts, np.int64), rows,
+    crc_rows(out, np.ascontiguousarray(slots, np.int64), np.ascontiguousarray(ts, np.int64), rows,
                    len(rows[0]))
     return out
 
@@ -124,7 +124,7 @@ def _sums_at(rows: list[np.ndarray], slots: np.ndarray, ts: np.ndarray) -> np.nd
     """Sums of the rows at ``slots``: small rows gathered and summed at once, large ones
     one by one in place (a gather would copy them for nothing); small ones in C in place."""
     if 8 + sum(r.shape[1] for r in rows) <= VECTOR_ROW_BYTES:
-        if _rows is not None and all(r.flags.c_contiguous for r in rows):
+        if crc_rows is not None and all(r.flags.c_contiguous for r in rows):
             return _crc_at(rows, slots, ts)
         return batch_sums([r[slots] for r in rows], ts)
     return np.fromiter((row_sum(rows, s, t) for s, t in zip(slots.tolist(), ts.tolist())), np.uint32, len(ts))
