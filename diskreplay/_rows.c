@@ -171,13 +171,16 @@ static void fence(void) {
 #endif
 }
 
-/* step(plan, words, slot, t_end, parity, states, *fields, next_states) -> bool or None:
- * None (nothing written) when an input is not a C-contiguous buffer; False (nothing
- * written) when `states` differ from ns area `parity`; else True: it marks `t_end`
- * in flight, copies field k's rows to its rows [slot, slot + num_envs), the next states
- * to ns area (t_end / num_envs) & 1, and commits t_end. The caller checked every input's
- * type, shape and dtype and that the slots lie in the ring; the byte counts are checked
- * here again (a TypeError or ValueError before anything is written otherwise). */
+/* step(plan, words, seen, base, due, states, *fields, next_states) -> bool or None, for
+ * the step of transitions (seen, t_end = seen + num_envs] of a ring whose oldest is after
+ * `base`: False (nothing written) when it is the general path's (t_end past `due`, a
+ * flush or its early work; slots across the ring end; `states` differing from the
+ * previous step's next states, ns area (seen / num_envs) & 1: a jump); None (nothing
+ * written) when an input is not a C-contiguous buffer; else True: it marks `t_end` in
+ * flight, copies field k's rows to its rows [slot, slot + num_envs), the next states to
+ * ns area (t_end / num_envs) & 1, and commits t_end. The caller checked every input's type,
+ * shape and dtype; the byte counts are checked here again (a ValueError before anything
+ * is written otherwise). */
 static PyObject *step(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs < 7)
         return PyErr_Format(PyExc_TypeError, "step takes at least 7 arguments, got %zd", nargs);
@@ -186,16 +189,23 @@ static PyObject *step(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     const int64_t *plan = (const int64_t *)PyBytes_AS_STRING(args[0]);
     Py_ssize_t nfields = (Py_ssize_t)plan[P_FIELDS];
     if (PyBytes_GET_SIZE(args[0]) != (Py_ssize_t)((P_HEAD + 2 * nfields) * 8) || nargs != 5 + nfields + 1 ||
-        nfields > MAX_FIELDS || nfields < 1 || plan[P_INTENT] >= NWORDS || plan[P_SEEN] >= NWORDS ||
-        plan[P_CHECK] >= NWORDS || plan[P_INTENT] < 0 || plan[P_SEEN] < 0 || plan[P_CHECK] < 0)
+        nfields > MAX_FIELDS || nfields < 1 || plan[P_ENVS] < 1 || plan[P_ROWS] < 1 ||
+        plan[P_INTENT] >= NWORDS || plan[P_SEEN] >= NWORDS || plan[P_CHECK] >= NWORDS ||
+        plan[P_INTENT] < 0 || plan[P_SEEN] < 0 || plan[P_CHECK] < 0)
         return PyErr_Format(PyExc_TypeError, "step: the plan is for %zd fields, got %zd arguments", nfields, nargs);
-    Py_ssize_t slot = PyLong_AsSsize_t(args[2]);
-    long long t_end = PyLong_AsLongLong(args[3]);
-    long parity = PyLong_AsLong(args[4]);
+    long long seen = PyLong_AsLongLong(args[2]);
+    long long base = PyLong_AsLongLong(args[3]);
+    long long due = PyLong_AsLongLong(args[4]);
     if (PyErr_Occurred())
         return NULL;
-    if (slot < 0 || slot + plan[P_ENVS] > plan[P_ROWS])
-        return PyErr_Format(PyExc_IndexError, "step: rows [%zd, %zd) are not in the ring", slot, slot + (Py_ssize_t)plan[P_ENVS]);
+    if (base < 0 || seen < base)
+        return PyErr_Format(PyExc_ValueError, "step: seen %lld before base %lld", seen, base);
+    int64_t envs = plan[P_ENVS];
+    long long t_end = seen + envs;
+    Py_ssize_t slot = (Py_ssize_t)((seen - base) % plan[P_ROWS]);
+    if (t_end > due || slot + envs > plan[P_ROWS])
+        Py_RETURN_FALSE;
+    long parity = (long)((seen / envs) & 1);
     Py_buffer words, in[MAX_FIELDS + 1];
     Py_ssize_t got = 0;
     PyObject *result = NULL;
@@ -205,7 +215,7 @@ static PyObject *step(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
         PyErr_SetString(PyExc_ValueError, "step: words too short");
         goto done;
     }
-    int64_t envs = plan[P_ENVS], ns_bytes = plan[P_NS_BYTES];
+    int64_t ns_bytes = plan[P_NS_BYTES];
     for (; got <= nfields; got++) {  /* the fields (states first), then the next states */
         if (get_buf(args[5 + got], &in[got], 0, 0, "input") < 0) {
             PyErr_Clear();  /* not C-contiguous (or no buffer): the caller copies it its own way */
@@ -256,8 +266,9 @@ static PyMethodDef methods[] = {
      "crc_rows(out, slots, ts, fields, rows): out[i] = zlib.crc32 of ts[i] as 8 little-endian bytes,\n"
      "then row slots[i] of each field (a C-contiguous buffer of `rows` rows); out uint32, slots and ts int64."},
     {"step", (PyCFunction)(void (*)(void))step, METH_FASTCALL,
-     "step(plan, words, slot, t_end, parity, states, *fields, next_states) -> bool or None: the vector\n"
-     "fast add's compare and commit (fastadd.py); None when an input is not C-contiguous."},
+     "step(plan, words, seen, base, due, states, *fields, next_states) -> bool or None: the vector\n"
+     "fast add's compare and commit (fastadd.py); False: the general path's step; None: an input\n"
+     "is not C-contiguous."},
     {NULL, NULL, 0, NULL},
 };
 

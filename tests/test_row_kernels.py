@@ -104,22 +104,36 @@ def _plan_and_words(tmp_path):
     return buf, fastadd.step_plan(buf._session), buf._session.words
 
 
-def test_step_refuses_a_jump_and_a_strided_input_without_writing(tmp_path):
+def test_step_refuses_what_is_not_its_own_without_writing(tmp_path):
+    """False for the general path's steps (a jump, a step across the ring end, a flush or
+    its early work due), None for a strided input, errors for bad arguments: nothing written."""
     buf, plan, words = _plan_and_words(tmp_path)
     with buf:
         s, a, r, ns, d = next(steps(2, 1))
-        before = (buf._session.storage.arrays["states"].tobytes(), words.tobytes(), buf._session.data.ns.tobytes())
-        assert _rows.step(plan, words, 0, 2, 0, s, a, r, d, ns) is False  # ns area 0 holds zeros, not s
-        assert _rows.step(plan, words, 0, 2, 0, np.zeros((2, 3), np.float32), np.repeat(a, 2)[::2], r, d, ns) is None
-        after = (buf._session.storage.arrays["states"].tobytes(), words.tobytes(), buf._session.data.ns.tobytes())
-        assert before == after
-        with pytest.raises(IndexError):
-            _rows.step(plan, words, 7, 2, 0, np.zeros((2, 3), np.float32), a, r, d, ns)  # rows 7, 8 of 8
+        zeros = np.zeros((2, 3), np.float32)  # what ns area 0 holds before the first step
+        arrays = buf._session.storage.arrays
+
+        def snapshot():
+            return [arr.tobytes() for arr in arrays.values()] + [words.tobytes(), buf._session.data.ns.tobytes()]
+
+        before = snapshot()
+        assert _rows.step(plan, words, 0, 0, 1 << 62, s, a, r, d, ns) is False  # a jump
+        assert _rows.step(plan, words, 7, 0, 1 << 62, zeros, a, r, d, ns) is False  # slots 7, 8 of 8
+        assert _rows.step(plan, words, 0, 0, 1, zeros, a, r, d, ns) is False  # t_end 2 past due 1
+        assert _rows.step(plan, words, 0, 0, 1 << 62, zeros, np.repeat(a, 2)[::2], r, d, ns) is None
         with pytest.raises(ValueError):
-            _rows.step(plan, words, 0, 2, 0, np.zeros((3, 3), np.float32), a, r, d, ns)  # 3 rows of states
+            _rows.step(plan, words, 0, 0, 1 << 62, np.zeros((3, 3), np.float32), a, r, d, ns)  # 3 rows of states
+        with pytest.raises(ValueError):
+            _rows.step(plan, words, 0, 2, 1 << 62, zeros, a, r, d, ns)  # seen before base
         with pytest.raises(TypeError):
-            _rows.step(plan[:-8], words, 0, 2, 0, np.zeros((2, 3), np.float32), a, r, d, ns)
-        assert words.tobytes() == before[1]
+            _rows.step(plan[:-8], words, 0, 0, 1 << 62, zeros, a, r, d, ns)
+        assert snapshot() == before
+        assert _rows.step(plan, words, 8, 8, 1 << 62, zeros, a, r, d, ns) is True  # slot 0 of a ring based at 8
+        assert words[W_SEEN] == words[W_INTENT] == 10 and words[W_CHECK] ^ words[W_KEY] == 10
+        assert np.array_equal(arrays["states"][:2], zeros) and np.array_equal(arrays["actions"][:2], a)
+        assert np.array_equal(buf._session.data.ns[(10 // 2) & 1], ns)
+        words[W_SEEN] = words[W_INTENT] = 0  # back to what the writer committed
+        words[W_CHECK] = words[W_KEY]
 
 
 def test_a_kept_fast_add_refuses_after_close_through_the_kernel(tmp_path):
@@ -132,7 +146,7 @@ def test_a_kept_fast_add_refuses_after_close_through_the_kernel(tmp_path):
     buf.close()
     with pytest.raises(StoreClosedError):
         add(ns, a, r, ns, d)
-    with pytest.raises(ValueError):
-        _rows.step(plan, words, 2, 4, 1, ns, a, r, d, ns)
+    with pytest.raises(ValueError):  # the counter words are read-only now
+        _rows.step(plan, words, 2, 0, 1 << 62, ns, a, r, d, ns)
     with DiskReplay.open(tmp_path / "k") as again:
         assert again.seen_size == 2
