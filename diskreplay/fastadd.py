@@ -26,6 +26,11 @@ from .counters import W_CHECK, W_INTENT, W_SEEN
 from .jumps import SMALL_BYTES, same_bytes
 from .schema import FieldSpec, float_bounds
 
+try:
+    from ._rows import step as c_step
+except ImportError:  # not built: the vector add writes its fields with numpy (rowsums.implementation())
+    c_step = None
+
 
 def fast_add(w):
     """``add`` for one env: cheap checks, a row store per field, one commit
@@ -84,14 +89,17 @@ def fast_add(w):
 
 
 def fast_vector_add(w):
-    """``add`` for a vector env: exact-dtype arrays go straight to one slice write per field.
+    """``add`` for a vector env: exact-dtype arrays go straight to one slice write per field
+    (or, where ``_rows`` is built, to its ``step``: the checks of the ring position, the
+    compare, the row copies and the commit in one C call; ``step_plan``).
 
-    The checks are chained ``is`` tests on cached shapes and dtypes (an equal dtype that is
-    not the same object falls back to ``==``); exact dtypes need no value checks."""
+    The checks compare tuples of the cached shapes and dtypes (a tuple compares its items
+    by identity first, so the same dtype objects cost no ``==``); exact dtypes need no value checks."""
     n = w.num_envs
     specs = w.fields
     (s_shape, s_dt), (a_shape, a_dt), (r_shape, r_dt), (d_shape, d_dt) = (
         ((n,) + specs[name].shape, specs[name].dtype) for name in ("states", "actions", "rewards", "dones"))
+    shapes, dtypes = (s_shape, s_shape, a_shape, r_shape, d_shape), (s_dt, s_dt, a_dt, r_dt, d_dt)
     states, actions, rewards, dones = _core_arrays(w)
     extras_ok, extra_arrays = _extras_rule(w, (n,)), _extra_arrays(w)
     has_extras = bool(extra_arrays)
@@ -106,21 +114,30 @@ def fast_vector_add(w):
     settle = w.settle
     ndarray = np.ndarray
     general = w.add
+    plan = step_plan(w) if not has_extras else None
+    kernel = c_step if plan is not None else None
 
     def add(state, action, reward, next_state, done, **extra):
         with mutex:
             if (w.busy is not None or not w.live or (extra or has_extras) and not extras_ok(extra)
                     or type(state) is not ndarray or type(next_state) is not ndarray
                     or type(action) is not ndarray or type(reward) is not ndarray or type(done) is not ndarray
-                    or state.shape != s_shape or next_state.shape != s_shape or action.shape != a_shape
-                    or reward.shape != r_shape or done.shape != d_shape
-                    or not (state.dtype is s_dt or state.dtype == s_dt)
-                    or not (next_state.dtype is s_dt or next_state.dtype == s_dt)
-                    or not (action.dtype is a_dt or action.dtype == a_dt)
-                    or not (reward.dtype is r_dt or reward.dtype == r_dt)
-                    or not (done.dtype is d_dt or done.dtype == d_dt)):
+                    or (state.shape, next_state.shape, action.shape, reward.shape, done.shape) != shapes
+                    or (state.dtype, next_state.dtype, action.dtype, reward.dtype, done.dtype) != dtypes):
                 return general(state, action, reward, next_state, done, extra)
             seen = w.seen
+            if kernel is not None:  # one C call: no signal handler runs in the middle of it
+                try:
+                    stepped = kernel(plan, words, seen, w.base, w.due, state, action, reward, done, next_state)
+                    if stepped:
+                        w.seen = seen + n
+                        return
+                except BaseException:
+                    settle()  # an exception after the step committed: seen catches up
+                    raise
+                if stepped is False:  # a flush or its early work due, the ring end, a jump
+                    return general(state, action, reward, next_state, done, extra)
+                # None: an input that is not C-contiguous, copied below
             t_end = seen + n
             start = (seen - w.base) % max_size
             stop = start + n
@@ -146,6 +163,22 @@ def fast_vector_add(w):
                 raise
 
     return add
+
+
+def step_plan(w) -> bytes | None:
+    """The plan of ``_rows.step`` for a vector store's four core fields (``_rows.c``: their
+    row bytes and addresses, the ``ns_buffer`` areas', the counter words' indices and the
+    check key), or None where ``_rows`` is not built or an array is not C-contiguous.
+    The addresses stay valid while the arrays do: the fast add that holds the plan holds them."""
+    arrays = _core_arrays(w) + [w.data.ns]
+    if c_step is None or not all(arr.flags.c_contiguous for arr in arrays + [w.words]):
+        return None
+    ns = w.data.ns
+    head = [4, w.num_envs, w.max_size, w.key, ns[0].nbytes, ns[0].ctypes.data, ns[1].ctypes.data,
+            W_INTENT, W_SEEN, W_CHECK]
+    for arr in arrays[:4]:
+        head += [arr.itemsize * int(np.prod(arr.shape[1:], dtype=np.int64)), arr.ctypes.data]
+    return np.array(head, np.int64).tobytes()
 
 
 def fast_stack_add(w):

@@ -161,6 +161,23 @@ class Gatherer:
                                     + [locations[name] + (idxs, rows[name]) for name in names])
         return rows, frames.take(where.reshape(-1), axis=0)
 
+    def announce(self, idxs: np.ndarray, head: int) -> bool:
+        """Start the disk reads a cold gather of ``idxs`` will make (their states rows, their
+        next states' rows, and rows of fields not kept in RAM, by ``POSIX_FADV_WILLNEED``, in
+        ascending order) and return True; False, announcing nothing, unless the store has
+        large rows and the last probe found them cold (``rows_cached``): a warm store's
+        batch needs no reads. Only a hint: the gather reads (or copies) every row itself."""
+        if not self.large_rows or self.probe_streak >= WARM_STREAK:
+            return False
+        ns_slots = ring.next_state_sources(idxs, head, self.max_size, self.num_envs)[0]
+        wanted = [("states", np.concatenate([idxs, ns_slots]))] + [
+            (name, idxs) for name in self.fields if name != "states" and name not in (self.resident or {})]
+        for name, slots in wanted:
+            fd, offset, row_bytes = self.storage.locations[name]
+            for slot in np.unique(slots).tolist():
+                will_need(fd, offset + slot * row_bytes, row_bytes)
+        return True
+
     def rows_cached(self, idxs) -> bool:
         """Whether to copy a large-row batch from the gather mapping: the first page of each
         of the ``states`` rows at these slots is in the page cache (a one-byte ``RWF_NOWAIT`` read each, a

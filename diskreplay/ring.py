@@ -113,6 +113,17 @@ class Sampler:
             idxs[-1] = head
         return idxs
 
+    def peek_idxs(self, size: int, batch_size: int, use_cer: bool, head: int) -> np.ndarray:
+        """The slots the next ``sample_idxs`` with these arguments will draw, without
+        drawing them (the stream and ``draws`` stay where they were): what a prefetcher
+        announces to the disk ahead of the batch."""
+        bit_generator = self._random.__self__.bit_generator
+        state, draws = bit_generator.state, self.draws
+        try:
+            return self.sample_idxs(size, batch_size, use_cer, head)
+        finally:
+            bit_generator.state, self.draws = state, draws
+
     def uniforms(self, count: int) -> np.ndarray:
         """``count`` doubles uniform in ``[0, 1)``, one draw each (the prioritized sampler
         scales them to masses of its sum tree): the same stream ``sample_idxs`` takes."""

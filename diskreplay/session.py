@@ -146,15 +146,26 @@ class Session:
 
     # ------------------------------------------------------------------ reading
     def sample(self, batch_size: int, use_cer: bool, n_step: int = 1, gamma: float = 0.99,
-               beta: float = 0.4) -> tuple[np.ndarray, dict]:
+               beta: float = 0.4, ahead: bool = False) -> tuple[np.ndarray, dict]:
         """``(idxs, batch)``: ``batch_size`` slots drawn uniformly from the occupied ones, or
         by priority with ``weights`` on a prioritized store (n-step rows when ``n_step > 1``;
-        the facade checked every argument)."""
+        the facade checked every argument). ``ahead`` (a prefetcher's batches): on the cold
+        path, also start the reads of the batch the next such call will draw (``_read_ahead``)."""
         with self.mutex:
             self._enter_read()
-            return self._sample(batch_size, use_cer, n_step, gamma, beta)
+            return self._sample(batch_size, use_cer, n_step, gamma, beta, ahead)
 
-    def _sample(self, batch_size: int, use_cer: bool, n_step: int = 1, gamma: float = 0.99, beta: float = 0.4):
+    def _read_ahead(self, idxs: np.ndarray, size: int, batch_size: int, use_cer: bool, head: int) -> None:
+        """On the cold path (``Gatherer.announce``), this batch's reads announced, then those of
+        the next batch: the sampler's next draw, peeked (it does not move, so the stream of
+        indices is the one without this; an add meanwhile changes the next draw and wastes
+        only the reads). The disk then has both batches in its queue while this one is
+        copied, handed over and waited for, instead of idling between batches."""
+        if self.gatherer.announce(idxs, head):
+            self.gatherer.announce(self.sampler.peek_idxs(size, batch_size, use_cer, head), head)
+
+    def _sample(self, batch_size: int, use_cer: bool, n_step: int = 1, gamma: float = 0.99, beta: float = 0.4,
+                ahead: bool = False):
         self.refresh()
         size = ring.ring_size(self.seen, self.base, self.max_size)
         if size == 0:
@@ -163,6 +174,8 @@ class Session:
         weights = None
         if self.prio is None:
             idxs = self.sampler.sample_idxs(size, batch_size, use_cer, head)
+            if ahead and n_step == 1 and not self.frame_stack:
+                self._read_ahead(idxs, size, batch_size, use_cer, head)
         else:
             self._current_priorities()
             idxs, weights = self.prio.draw(self.sampler, size, batch_size, use_cer, head, beta)

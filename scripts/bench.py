@@ -64,7 +64,10 @@ the W3 memmap store's frames (scripts/bench_fio.py: random row reads at depth 32
 io_uring, buffered and direct), and gives W4 as a fraction of it (x_fio_buffered,
 x_fio_direct).
 W4 also runs a training loop with a simulated compute step (time.sleep) with and without
-diskreplay.prefetch.Prefetcher (the drop of the page cache is part of each sample call).
+diskreplay.prefetch.Prefetcher (the drop of the page cache is part of each sample call),
+and on the store's own batches(32, prefetch=2), which reads the next batch ahead: there the
+cache is dropped once before the loop, the bytes read per batch show the rows still come
+from the disk, and learner_wait_pct is what a step costs beyond its compute (a share of it).
 RssAnon (from /proc/self/status) is sampled at the end of every phase; the maximum is
 reported. Ratios divide a system's median by a baseline's median from the same run.
 Peers whose mapping objects are out of reach have their mappings of the store found in
@@ -867,9 +870,39 @@ def run_cold_worker(system_name, spec, workdir, source="W3"):
         result["loop_ms_serial"] = 1000 * serial
         result["loop_ms_prefetch"] = 1000 * ahead
         result["loop_prefetch_speedup"] = serial / ahead
+        result.update(batches_loop(system.buf, spec, files, mappings))
+        peak()
     result["rss_anon_mb"] = peak.value / 2 ** 20
     system.close()
     return result
+
+
+def batches_loop(buf, spec, files, mappings):
+    """The learner's loop on the store's own ``batches(32, prefetch=2)`` (which starts the
+    next batch's reads while it hands over one, where the Prefetcher around ``cold_sample``
+    above cannot: its drop would evict them): the page cache dropped once before the loop,
+    not before each batch, so rows read ahead stay; ``loop_bytes_per_batch`` (/proc/self/io
+    over the loop, per batch drawn, one more for the batch read ahead) shows the batches still come from the disk (a batch
+    meets a row read before about loop_batches * 64 / max_size of the time: 4% at the end
+    of W4's 60). ``learner_wait_pct``: what a step costs beyond its 4 ms, as a share of them
+    (the time in ``next()``, ``in_next_pct``, plus the GIL taken back after the sleep and the
+    sleep's own overshoot)."""
+    compute, steps = spec["compute_ms"] / 1000, spec["loop_batches"]
+    drop_cache(files, mappings)
+    sampler = buf._session.sampler
+    before, waited, draws = read_bytes(), 0.0, sampler.draws
+    with buf.batches(32, prefetch=spec["prefetch"]) as batches:
+        next(batches)  # the pipeline fills once, as at the start of training
+        t = time.perf_counter()
+        for _ in range(steps):
+            w = time.perf_counter()
+            next(batches)
+            waited += time.perf_counter() - w
+            time.sleep(compute)
+        loop = (time.perf_counter() - t) / steps
+    drawn = (sampler.draws - draws) // 32  # the thread draws ahead of the learner (prefetch)
+    return {"loop_ms_batches": 1000 * loop, "learner_wait_pct": 100 * (loop - compute) / compute,
+            "in_next_pct": 100 * waited / (steps * compute), "loop_bytes_per_batch": (read_bytes() - before) / (drawn + 1)}  # + the one read ahead
 
 
 # ---------------------------------------------------------------- driver

@@ -63,8 +63,9 @@ def render(data) -> str:
                                + " | ".join(ratio_cell(v, b) for b in BASELINES) + f" | {best_peer_cell(v)} |")
     out += ["", "## W4 cold batches, memory, open time", "",
             "| system | ms/batch | batches/s | KB read/batch | resident pages before a batch (max) | "
-            "loop ms/batch serial | with Prefetcher | speed-up | RssAnon MB (max) | open ms |",
-            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+            "loop ms/batch serial | with Prefetcher | speed-up | with batches() | learner wait % | "
+            "KB read/batch in that loop | RssAnon MB (max) | open ms |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for name, v in res.get("W4", {}).items():
         def g(key, scale=1.0, digits=2):
             return f"{v[key]['median'] * scale:.{digits}f}" if key in v else "-"
@@ -75,7 +76,8 @@ def render(data) -> str:
         out.append(f"| {name} | {g('cold_ms_per_batch')} | {g('sample32_per_s', digits=0)} | "
                    f"{g('cold_bytes_per_batch', 1 / 1024, 0)} | {worst('resident_pages_before_batch', 0)} | "
                    f"{g('loop_ms_serial')} | {g('loop_ms_prefetch')} | {g('loop_prefetch_speedup')} | "
-                   f"{worst('rss_anon_mb', 1)} | {g('open_s', 1000, 1)} |")
+                   f"{g('loop_ms_batches')} | {g('learner_wait_pct', digits=1)} | "
+                   f"{g('loop_bytes_per_batch', 1 / 1024, 0)} | {worst('rss_anon_mb', 1)} | {g('open_s', 1000, 1)} |")
     for lat_w in ("W3lat", "W3pace"):
         if lat_w not in res:
             continue

@@ -4,7 +4,8 @@ the same steps through a fast add on one store and through the general add on an
 and requires the two stores to be byte-identical after every step: rows, ``ns_buffer``,
 CRCs, the jump ring and the counter record (less the per-writer key, pid and boot words).
 Steps chain (each step's states are the previous step's next states) except at random
-autoreset jumps, so both the fast path and its fall-back for jumps are taken."""
+autoreset jumps, so both the fast path and its fall-back for jumps are taken. A vector
+store's fast add is bound with the C kernel of ``_rows`` or without it (its Python body)."""
 from __future__ import annotations
 
 import os
@@ -15,7 +16,7 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
-from diskreplay import DiskReplay, DiskReplayError
+from diskreplay import DiskReplay, DiskReplayError, fastadd
 from diskreplay.backends import BACKENDS
 from diskreplay.counters import NWORDS, W_BOOT, W_CHECK, W_FLUSH_NS, W_KEY, W_PID
 
@@ -67,8 +68,8 @@ class CommitPaths(RuleBasedStateMachine):
 
     @initialize(backend=st.sampled_from(list(BACKENDS)), num_envs=st.sampled_from([1, 3]),
                 max_size=st.sampled_from([7, 12]), flush_every=st.sampled_from([None, 2]),
-                seed=st.integers(0, 2**16), extras=st.booleans())
-    def setup(self, backend, num_envs, max_size, flush_every, seed, extras):
+                seed=st.integers(0, 2**16), extras=st.booleans(), kernel=st.booleans())
+    def setup(self, backend, num_envs, max_size, flush_every, seed, extras, kernel):
         import tempfile
 
         self.tmp = tempfile.TemporaryDirectory()
@@ -78,7 +79,12 @@ class CommitPaths(RuleBasedStateMachine):
         fields = {**FIELDS, **EXTRAS} if extras else FIELDS
         kwargs = dict(num_envs=num_envs, backend=backend, seed=seed, fields=fields, flush_every=flush_every)
         self.paths = [os.path.join(self.tmp.name, name) for name in ("fast.replay", "general.replay")]
-        self.fast, self.general = (DiskReplay.create(p, max_size, **kwargs) for p in self.paths)
+        bound_kernel = fastadd.c_step
+        fastadd.c_step = bound_kernel if kernel else None  # read when the fast add is bound
+        try:
+            self.fast, self.general = (DiskReplay.create(p, max_size, **kwargs) for p in self.paths)
+        finally:
+            fastadd.c_step = bound_kernel
         assert "add" in self.fast.__dict__, "the fast add is installed, extra fields or not"
         self.obs = self.rng.standard_normal((num_envs, 3)).astype(np.float32)
 
