@@ -10,7 +10,15 @@ from .fsutil import atomic_write, io_error
 from .roworder import ENV_MAJOR, LAYOUT_KEY, frames_layout
 from .schema import fields_from_json
 
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3  # the newest this code reads and writes
+JUMPS_VERSION = 2  # the jump ring: every store this code writes has it
+
+
+def version_of(layout: str | None) -> int:
+    """The format version a store with frames ``layout`` gets: 3 for env-major frames, so that a
+    diskreplay that knows only version 2 refuses the store instead of reading its frames in
+    slot order; 2 for every other store (they read the same as before)."""
+    return FORMAT_VERSION if layout == ENV_MAJOR else JUMPS_VERSION
 MAX_SLOTS = 1 << 40
 DESCRIPTION_FILE = "store.json"
 
@@ -21,11 +29,12 @@ def new_description(*, backend, max_size, num_envs, batch_size, use_cer, fields,
     as ``states`` (the rows stored), and other stores' descriptions stay as they were; with
     ``max_size % num_envs == 0`` also ``frames_layout`` (``roworder.py``: the frames env-major)."""
     extra = {} if frame_stack is None else {"frame_stack": frame_stack}
-    if frames_layout(frame_stack, max_size, num_envs):
-        extra[LAYOUT_KEY] = frames_layout(frame_stack, max_size, num_envs)
+    layout = frames_layout(frame_stack, max_size, num_envs)
+    if layout:
+        extra[LAYOUT_KEY] = layout
     return {
         "format": "diskreplay",
-        "format_version": FORMAT_VERSION,
+        "format_version": version_of(layout),
         "backend": backend,
         "max_size": max_size,
         "num_envs": num_envs,
@@ -94,6 +103,9 @@ def parse_description(raw: bytes, path: str = DESCRIPTION_FILE, backends=None) -
     need("frame_stack", lambda v: v is None or (_is_int(v) and 2 <= v <= 1 << 20), "absent or an integer >= 2")
     need(LAYOUT_KEY, lambda v: v is None or v == ENV_MAJOR and d.get("frame_stack") and max_size % num_envs == 0,
          f"absent or {ENV_MAJOR!r} (a frame-stack store whose max_size is a multiple of num_envs)")
+    if (version == FORMAT_VERSION) != (d.get(LAYOUT_KEY) == ENV_MAJOR):
+        raise CorruptStoreError(f"{path}: format_version {version} with {LAYOUT_KEY} {d.get(LAYOUT_KEY)!r}: "
+                                f"version {FORMAT_VERSION} is exactly the stores with {ENV_MAJOR!r} frames")
     out = dict(d)  # "frame_stack" and "frames_layout" only where written: read them with out.get(key)
     if d.get("fields") is None:
         out["fields"] = None

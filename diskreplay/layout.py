@@ -16,7 +16,7 @@ import numpy as np
 from .backends import Backend, RowStorage, get_backend
 from .checkpoint import CHECKPOINT_FILE, CheckpointFile, CheckpointLayout, create_checkpoint_file
 from .counters import COUNTERS_FILE
-from .description import DESCRIPTION_FILE, FORMAT_VERSION
+from .description import DESCRIPTION_FILE, version_of
 from .errors import (IncompleteStoreError, InvalidArgumentError, NotAStoreError, StoreExistsError,
                      StoreNotFoundError)
 from .framestack import STACK_FILES, FrameStacks, create_stack_files, stack_file_bytes, stack_spec
@@ -29,7 +29,7 @@ from .prioritized import PRIORITY_FILE, create_priority_file, prioritized_bytes
 from .priorityargs import check_field_names
 from .prioritized import SPEC as PRIORITIES_SPEC
 from .prioritized import data_files as priority_files
-from .roworder import states_order
+from .roworder import frames_layout, states_order
 from .rowsums import ROWSUMS_FILE
 from .schema import FieldSpec
 
@@ -242,7 +242,7 @@ def create_data_files(directory: str, backend: Backend, specs, max_size: int, nu
         datasets["priorities"] = PRIORITIES_SPEC
     check_free_space(directory, backend.data_bytes(datasets, max_size) + layout.file_bytes + ns_bytes
                      + 4 * max_size + 8 * capacity + 16384 + (prioritized_bytes(max_size) if prioritized else 0))
-    backend.create(directory, datasets, max_size, FORMAT_VERSION)
+    backend.create(directory, datasets, max_size, version_of(frames_layout(frame_stack, max_size, num_envs)))
     if prioritized:
         create_priority_file(directory, max_size)
     create_npy(os.path.join(directory, NS_FILE), (2, num_envs) + states.shape, states.dtype)

@@ -32,7 +32,7 @@ from . import ring
 from .backends import BACKENDS, get_backend
 from .counters import (W_CHECK, W_CLEAN, W_DRAWS, W_INTENT, W_JUMPS, W_KEY, W_PID, W_SEEN, W_STACKS, Counters,
                        begin_step, commit_step, create_counters, record_jumps, record_stacks)
-from .description import FORMAT_VERSION, new_description, read_description, write_description
+from .description import JUMPS_VERSION, new_description, read_description, write_description
 from .errors import (DiskReplayError, ReadOnlyError, ReentrantCallError, SchemaMismatchError, StoreClosedError,
                      StoreIOError)
 from .fastadd import fast_add, fast_stack_add, fast_stack_vector_add, fast_vector_add
@@ -108,7 +108,7 @@ class Writer(Flushing, Session):
             self.lock = WriterLock(self.directory)
         self.counters = Counters(self.directory, True)
         self.views = {}  # views the fast adds hold (made read-only with the arrays at close)
-        if self.desc["format_version"] < FORMAT_VERSION:
+        if self.desc["format_version"] < JUMPS_VERSION:
             self._upgrade()
         if self.fields is not None:
             self._map_data()
@@ -138,7 +138,7 @@ class Writer(Flushing, Session):
         if self.fields is not None:
             create_jump_files(self.directory, self.fields["states"], jump_capacity(self.max_size, self.reserve_rows))
         desc = dict(self.desc)
-        desc["format_version"] = FORMAT_VERSION
+        desc["format_version"] = JUMPS_VERSION
         desc["fields"] = None if self.fields is None else {n: f.to_json() for n, f in self.fields.items()}
         desc["seed_entropy"] = str(desc["seed_entropy"])
         write_description(self.directory, desc)

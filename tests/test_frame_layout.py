@@ -42,9 +42,10 @@ def assert_rows_as_given(buf, idxs=None):
 
 def as_old_store(path):
     """Make a just-created store one of a diskreplay before the layout: no ``frames_layout``
-    (the data files of both orders are the same until the first add)."""
+    (the data files of both orders are the same until the first add), format version 2."""
     desc = json.load(open(os.path.join(path, "store.json")))
     desc.pop("frames_layout")
+    desc["format_version"] = 2
     with open(os.path.join(path, "store.json"), "w") as f:
         json.dump(desc, f)
 
@@ -192,6 +193,33 @@ def test_a_bad_layout_key_is_a_corrupt_description(tmp_path):
         json.dump(desc, f)
     with pytest.raises(CorruptStoreError, match="frames_layout"):
         DiskReplay.open(path, mode="r")
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_env_major_stores_are_format_3_so_older_readers_refuse_them(tmp_path, backend):
+    """A diskreplay that reads up to version 2 would read env-major frames in slot order: the
+    stores with that layout say version 3 (and only they), and a description that pairs the
+    version and the layout otherwise is refused."""
+    from diskreplay.errors import CorruptStoreError
+
+    versions = {}
+    for n, m in ((3, 30), (3, 29)):
+        path = str(tmp_path / f"s{m}")
+        fill_stacked(path, backend, num_envs=n, max_size=m, steps=2).close()
+        desc = json.load(open(os.path.join(path, "store.json")))
+        versions[m] = desc["format_version"]
+        if backend == "hdf5":
+            import h5py
+            with h5py.File(os.path.join(path, "data.h5"), "r") as f:
+                assert int(f.attrs["diskreplay_format_version"]) == versions[m]
+        desc["format_version"] = 5 - desc["format_version"]  # 3 <-> 2, the layout key kept
+        with open(os.path.join(path, "store.json"), "w") as f:
+            json.dump(desc, f)
+        with pytest.raises(CorruptStoreError, match="format_version"):
+            DiskReplay.open(path, mode="r")
+    assert versions == {30: 3, 29: 2}
+    DiskReplay.create(str(tmp_path / "plain"), 30, num_envs=3, seed=0).close()
+    assert json.load(open(tmp_path / "plain" / "store.json"))["format_version"] == 2
 
 
 def test_only_frame_stack_stores_get_a_layout(tmp_path):

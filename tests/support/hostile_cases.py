@@ -146,7 +146,8 @@ def _store_json_cases(backend: str) -> list[Case]:
     add("top-level-string", _json_edit(lambda d: "a diskreplay store"))
     add("format-other", _set("format", "zarr"))
     add("format-missing", _drop("format"))
-    add("format_version-3", _set("format_version", 3), unsupported)
+    add("format_version-4", _set("format_version", 4), unsupported)
+    add("format_version-3", _set("format_version", 3))  # 3 is only for env-major frame stacks
     add("format_version-huge", _set("format_version", 10 ** 30), unsupported)
     add("format_version-string", _set("format_version", "1"))
     add("format_version-float", _set("format_version", 1.0))
