@@ -425,7 +425,7 @@ def test_cli_sample_n_step(tmp_path, backend):
     assert list(got) == ["idxs"] + list(want)
     for key in want:
         np.testing.assert_array_equal(np.asarray(got[key], want[key].dtype), want[key], err_msg=key)
-    for bad, message in (("--n-step=0", "n_step must be >= 1"), ("--n-step=11", "use n_step <= 10"),
+    for bad, message in (("--n-step=0", "--n-step must be >= 1"), ("--n-step=11", "use --n-step <= 10"),
                          ("--gamma=1.5", "gamma must be a number in [0, 1]")):
         r = CliRunner().invoke(main, ["sample", path, "--seed", "0", bad])
         assert r.exit_code == 2 and message in r.output, r.output
