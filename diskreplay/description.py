@@ -12,6 +12,8 @@ from .schema import fields_from_json
 
 FORMAT_VERSION = 3  # the newest this code reads and writes
 JUMPS_VERSION = 2  # the jump ring: every store this code writes has it
+MAX_SLOTS = 1 << 40
+DESCRIPTION_FILE = "store.json"
 
 
 def version_of(layout: str | None) -> int:
@@ -19,8 +21,6 @@ def version_of(layout: str | None) -> int:
     diskreplay that knows only version 2 refuses the store instead of reading its frames in
     slot order; 2 for every other store (they read the same as before)."""
     return FORMAT_VERSION if layout == ENV_MAJOR else JUMPS_VERSION
-MAX_SLOTS = 1 << 40
-DESCRIPTION_FILE = "store.json"
 
 
 def new_description(*, backend, max_size, num_envs, batch_size, use_cer, fields, entropy,
