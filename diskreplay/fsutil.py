@@ -185,3 +185,10 @@ def pread_all(fd: int, n: int, offset: int) -> bytes:
         n -= len(chunk)
         offset += len(chunk)
     return b"".join(parts)
+
+
+def pwrite_all(fd: int, view: memoryview, offset: int) -> None:
+    """Write all of ``view`` to ``fd`` at ``offset`` (``pread_all``'s twin for writes)."""
+    while len(view):
+        n = os.pwrite(fd, view, offset)
+        view, offset = view[n:], offset + n

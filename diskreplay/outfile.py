@@ -21,6 +21,8 @@ import os
 
 import numpy as np
 
+from .fsutil import pwrite_all
+
 KICK_BYTES = 16 << 20  # written between two writeback requests
 DROP_LAG = 8  # requests later, the pages of a stretch are dropped (written by then, or left)
 GATHER_BELOW = 64 << 10  # writes smaller than this are gathered in memory ...
@@ -29,12 +31,6 @@ GATHER_ROW_BYTES = 4096  # rows at least this large, apart in memory, are writte
 IOV_MAX = 1024
 GAP_BYTES = 1 << 20  # writes closer than this are advised as one range
 MIN_BYTES = 256 << 10  # a smaller range is left to the final fsync (each piece of advice costs ~0.1 ms)
-
-
-def pwrite_all(fd: int, view: memoryview, offset: int) -> None:
-    while len(view):
-        n = os.pwrite(fd, view, offset)
-        view, offset = view[n:], offset + n
 
 
 class WriteBehind:
