@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from . import crcjoin
 from .errors import CorruptStoreError
 from .fsutil import close_fd, io_error, preallocate_file, start_writeback
 
@@ -168,27 +169,45 @@ class CheckpointFile:
         holding the rows from ``reserve_first`` on,
         in order, for every field in the layout's order. ``stacks`` (a frame-stack store's
         stack ring count) makes a version 3 header."""
+        crcs, count = {}, 0
+        for name in self.layout.fields:
+            crc, rows = 0, 0
+            for block in reserve_parts[name]:
+                crc = self.write_rows(slot, name, rows, block, crc)
+                rows += len(block)
+            crcs[name], count = crc, rows
+        return self.commit(slot, generation, seen, base, draws, resets, ns_rows, reserve_first, count, crcs,
+                           jumps, stacks)
+
+    def write_rows(self, slot: int, name: str, k: int, block: np.ndarray, crc: int = 0) -> int:
+        """Write ``block`` as undo rows ``k, k + 1, ...`` of field ``name`` in ``slot`` and
+        start their writeback; return ``crc`` (that of the field's rows ``0..k-1``) continued
+        over them. The slot stays invalid until ``commit`` writes its header."""
+        pos = self.layout.reserve_row_offset(slot, name, k)
+        written = self._pwrite(block, pos)
+        start_writeback(self.fd, pos, len(written))  # on disk while the CRC and the next block run
+        return zlib.crc32(written, crc)
+
+    def commit(self, slot: int, generation: int, seen: int, base: int, draws: int, resets: int,
+               ns_rows: np.ndarray, reserve_first: int, count: int, crcs: dict, jumps: int = 0,
+               stacks: int | None = None) -> int:
+        """Finish a slot whose undo rows ``0..count-1`` of every field ``write_rows`` wrote
+        (``crcs[name]``: their CRC): write the ``ns_buffer``, fsync, write the header, fsync;
+        return the body's CRC."""
         base_off = self.layout.slot_offset(slot) + HEADER_BYTES
         # The body checksum covers the whole region as it is in the file, unused rows too,
-        # because that is what recovery reads back. It is computed from the bytes as they are
-        # written (the body is laid out in field order, each field's reserve contiguous), and
-        # only the unused rows of each field are read back from the file.
+        # because that is what recovery reads back. It is joined from the CRCs of the bytes
+        # as they were written (the body is laid out in field order, each field's reserve
+        # contiguous); only the unused rows of each field are read back from the file.
         body_crc = zlib.crc32(self._pwrite(ns_rows, base_off))
-        count = 0
         for name, spec in self.layout.fields.items():
-            pos = base_off + self.layout.field_offsets[name]
-            rows = 0
-            for block in reserve_parts[name]:
-                written = self._pwrite(block, pos)
-                start_writeback(self.fd, pos, len(written))  # on disk while the CRC and the next block run
-                body_crc = zlib.crc32(written, body_crc)
-                pos += block.nbytes
-                rows += len(block)
-            if rows < self.layout.reserve_rows:
-                body_crc = self._crc_range(pos, (self.layout.reserve_rows - rows) * spec.row_bytes, body_crc)
-                if body_crc < 0:
+            crc = crcs[name]
+            if count < self.layout.reserve_rows:
+                crc = self._crc_range(self.layout.reserve_row_offset(slot, name, count),
+                                      (self.layout.reserve_rows - count) * spec.row_bytes, crc)
+                if crc < 0:
                     raise CorruptStoreError(f"{self.path} is shorter than its layout")
-            count = rows
+            body_crc = crcjoin.join(body_crc, crc, crcjoin.shift(self.layout.reserve_rows * spec.row_bytes))
         flush_ns = time.time_ns()
         if stacks is None:
             header = _HEADER.pack(MAGIC, 2, slot, generation, seen, base, draws, resets,

@@ -7,8 +7,8 @@ Each call takes the session's mutex, does cheap checks on cached shapes, dtypes,
 and value ranges, then the commit protocol of ``counters.begin_step`` / ``commit_step``
 written inline (a call per step would cost a measurable share of an add). Anything the
 checks do not accept (so every value is known to store exactly before the first row is
-touched), a step that wraps the ring end or is due for a flush or for the flush's
-early work (``w.due``: ``Flushing._work_early``), a step whose states
+touched), a step that wraps the ring end or is due for a flush (``w.due``; early work
+due, ``Flushing._work_early``, is handed over here and the add goes on), a step whose states
 differ in any byte from the next states the previous step gave (a jump: the general path
 records it in the jump ring, ``jumps.py``; this one byte comparison is all a fast add
 pays for exact next states), a writer that is no longer ``live``, and a call made while
@@ -30,6 +30,13 @@ try:
     from ._rows import step as c_step
 except ImportError:  # not built: the vector add writes its fields with numpy (rowsums.implementation())
     c_step = None
+
+
+def early(w) -> bool:
+    """Hand over the early work that is due (``Flushing._work_early``: it only posts jobs)
+    so the add stays on its fast path; false if the store closed meanwhile (a signal handler)."""
+    w._work_early()
+    return w.live
 
 
 def fast_add(w):
@@ -64,6 +71,8 @@ def fast_add(w):
                 return general(state, action, reward, next_state, done, extra)
             seen = w.seen
             t = seen + 1
+            if w.flush_before >= t > w.due and not early(w):
+                return general(state, action, reward, next_state, done, extra)
             if t > w.due or (state.tobytes() != ns_pair[seen & 1].tobytes() if small
                                       else not same(state, seen & 1)):
                 return general(state, action, reward, next_state, done, extra)
@@ -126,6 +135,8 @@ def fast_vector_add(w):
                     or (state.dtype, next_state.dtype, action.dtype, reward.dtype, done.dtype) != dtypes):
                 return general(state, action, reward, next_state, done, extra)
             seen = w.seen
+            if w.flush_before >= seen + n > w.due and not early(w):
+                return general(state, action, reward, next_state, done, extra)
             if kernel is not None:  # one C call: no signal handler runs in the middle of it
                 try:
                     stepped = kernel(plan, words, seen, w.base, w.due, state, action, reward, done, next_state)
@@ -210,6 +221,8 @@ def fast_stack_add(w):
                 return general(state, action, reward, next_state, done, extra)
             seen, base, previous = w.seen, w.base, w.overlap
             t = seen + 1
+            if w.flush_before >= t > w.due and not early(w):
+                return general(state, action, reward, next_state, done, extra)
             if previous is None or not previous[0] or seen == base or t > w.due or (
                     state.tobytes() != ns_pair[seen & 1].tobytes() if small else not same(state, seen & 1)):
                 return general(state, action, reward, next_state, done, extra)
@@ -281,6 +294,8 @@ def fast_stack_vector_add(w):
                 return general(state, action, reward, next_state, done, extra)
             seen, base, previous = w.seen, w.base, w.overlap
             t_end = seen + n
+            if w.flush_before >= t_end > w.due and not early(w):
+                return general(state, action, reward, next_state, done, extra)
             start = (seen - base) % max_size
             stop = start + n
             if previous is None or not previous.all() or seen == base or stop > max_size or t_end > w.due \

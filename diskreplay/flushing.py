@@ -4,7 +4,9 @@
 data file and the counters, then writes a new checkpoint (counters, ``ns_buffer`` and undo
 copies of the rows the next adds will overwrite) into the slot that does not hold the
 newest one. ``flush_before`` is the newest transition an add may write before a flush is
-due. ``Flushing`` is a part of ``Writer`` (``writer.py``), kept apart so that each module
+due. Between flushes, adds do early work every ``EARLY_BYTES`` of rows: they start the
+writeback of their rows and copy the next checkpoint's undo rows ahead (``undocopy.py``),
+so that a flush has mostly headers and fsyncs of data already on its way to disk left. ``Flushing`` is a part of ``Writer`` (``writer.py``), kept apart so that each module
 stays small; it uses the writer's attributes (``data``, ``words``, ``checkpoint``, ...).
 """
 from __future__ import annotations
@@ -17,15 +19,19 @@ import numpy as np
 
 from . import ring
 from .counters import W_DRAWS, W_FLUSH_NS
+from .earlywork import EarlyWorker
 from .errors import DiskReplayError, StoreIOError
 from .fsutil import io_error, start_writeback
 from .rowsums import update_sums
+from .undocopy import UndoCopy, plan
 
 EARLY_BYTES = 1 << 20  # rows handed to writeback ahead of the flush, per block
 
 
 class Flushing:
     """The flush and checkpoint half of ``Writer``."""
+
+    early = None  # the early work thread (earlywork.py), started by the first early work
 
     def flush(self) -> None:
         """Sync every data file, then write a new checkpoint; a failure leaves the writer failed."""
@@ -57,7 +63,8 @@ class Flushing:
         if self.fields is None:
             self.counters.sync()
             return
-        self._work_early()  # the last rows' writeback runs while the sums are computed
+        # the last rows' writeback runs while the sums are computed
+        self._start_writeback(self.data.storage, self.written_back, self.seen, self.base)
         summed = self.checkpoint.seen if self.checkpoint is not None else 0
         update_sums(self.data.sums, self.data.storage, summed, self.seen, self.base, self.max_size)
         self.data.sync_rows()
@@ -70,46 +77,60 @@ class Flushing:
         generation = (self.checkpoint.generation + 1) if self.checkpoint else 1
         first_overwrite = max(seen + 1, base + m + 1)
         count = max(0, seen + self.reserve_rows - first_overwrite + 1)
-        parts = {}
-        storage = self.data.storage
-        for name, arr in storage.arrays.items():
-            blocks = []
-            if count:  # in slot order: views of the ring, or copies where the rows lie env-major
-                order, start = storage.order(name), ring.slot_of(first_overwrite, base, m)
-                end = min(start + count, m)
-                blocks.append((start, end - start))
-                if end - start < count:
-                    blocks.append((0, count - (end - start)))
-                if not order.identity:  # copied a MiB at a time as the checkpoint writes them (in cache)
-                    step = max(self.num_envs, (1 << 20) // arr[0].nbytes // self.num_envs * self.num_envs)
-                    blocks = [(a + i, min(step, n - i)) for a, n in blocks for i in range(0, n, step)]
-            parts[name] = _rows_of(arr, order, blocks) if count else blocks
-        ns_rows = self.current_ns() if seen > base else np.zeros_like(self.data.ns[0])
-        ckfile = self.data.ckfile
         slot = generation % 2
+        storage = self.data.storage
+        self._stop_early_work()  # the undo copy is the flush's from here
+        copy = self.undo_copy
+        if not copy or copy.key != (slot, first_overwrite, count, base):  # not the flush planned for
+            copy = UndoCopy(slot, first_overwrite, count, base, storage.arrays)
+        ckfile = self.data.ckfile
+        copy.copy(ckfile, storage, count, self.num_envs)  # what early work has not copied yet
+        ns_rows = self.current_ns() if seen > base else np.zeros_like(self.data.ns[0])
         if self.prio is not None:  # its snapshot of this generation is durable before the header is
             self.prio.checkpoint(generation, seen, base)
-        body_crc = ckfile.write(slot, generation=generation, seen=seen, base=base, draws=self.sampler.draws,
-                                resets=self.resets, ns_rows=ns_rows,
-                                reserve_first=first_overwrite if count else seen + 1, reserve_parts=parts,
-                                jumps=self.jcount, stacks=self.scount if self.data.stacks is not None else None)
+        body_crc = ckfile.commit(slot, generation, seen, base, self.sampler.draws, self.resets, ns_rows,
+                                 first_overwrite if count else seen + 1, count, copy.crcs, self.jcount,
+                                 self.scount if self.data.stacks is not None else None)
         self.checkpoint = ckfile.read_header(slot, body_crc)  # the header read back; the body's CRC as written
         if self.checkpoint is None:
             raise StoreIOError(f"{ckfile.path}: the checkpoint just written does not read back")
         self._set_flush_limit()
 
     def _work_early(self) -> None:
-        """Start the writeback of the committed rows written since the last call
-        (``written_back``), whole pages of each field's byte range (``fsutil.start_writeback``),
-        so that the next flush's fsync finds them mostly on disk. Runs before a step begins
-        (nothing in flight), every ``EARLY_BYTES`` of rows. Only a hint to the kernel: what
-        is durable is still decided by the flush alone. (The row sums stay in the flush:
-        summing a block here made one add in four cost about 1 ms on W3's frames.)"""
-        lo, hi = self.written_back, self.seen
+        """An add's early work, every ``EARLY_BYTES`` of rows, handed to the writer's early
+        work thread (``earlywork.py``): the writeback of the rows added, and the next block
+        of the next checkpoint's undo rows (``undocopy.py``)."""
+        worker = self.early
+        if worker is None or not worker.alive:  # the first early work, or a forked child's
+            worker = self.early = EarlyWorker(self.path)
+        lo, hi, base = self.written_back, self.seen, self.base
+        storage = self.data.storage
+        worker.post(lambda wanted: self._start_writeback(storage, lo, hi, base))
+        copy = self.undo_copy
+        if copy is None:  # planned once per checkpoint; False: nothing to copy ahead
+            copy = self.undo_copy = plan(self.checkpoint, self.seen, self.flush_before, self.num_envs, self.base,
+                                         self.max_size, self.reserve_rows, storage.arrays) or False
+            self.copy_target = 0
+        if copy:
+            # A third more rows than the adds wrote since the last block: done before the flush.
+            upto = self.copy_target = self.copy_target + (self.early_at - self.written_back) * 4 // 3 + 1
+            ckfile, n = self.data.ckfile, self.num_envs
+            worker.post(lambda wanted: copy.copy(ckfile, storage, upto, n, wanted))
+        self._plan_early_work(self.seen)
+
+    def _stop_early_work(self) -> None:
+        """No early work job runs after this (a flush's undo copy, ``close()``)."""
+        if self.early is not None:
+            self.early.quiesce()
+
+    def _start_writeback(self, storage, lo: int, hi: int, base: int) -> None:
+        """Start the writeback of the rows of transitions ``(lo, hi]``, whole pages of each
+        field's byte range (``fsutil.start_writeback``), so that the next flush's fsync finds
+        them mostly on disk. Only a hint to the kernel: what is durable is still decided by
+        the flush alone. (The row sums stay in the flush.)"""
         if hi > lo:
-            first = max(lo, self.base, hi - self.max_size)  # transitions (first, hi] are in the ring
-            start, count = ring.slot_of(first + 1, self.base, self.max_size), hi - first
-            storage = self.data.storage
+            first = max(lo, base, hi - self.max_size)  # transitions (first, hi] are in the ring
+            start, count = ring.slot_of(first + 1, base, self.max_size), hi - first
             for name, (fd, offset, row_bytes) in storage.locations.items():
                 for first_row, rows in storage.order(name).runs(start, count):
                     end = first_row + min(rows, self.max_size - first_row)  # slot-order runs wrap at the end
@@ -119,7 +140,6 @@ class Flushing:
                         # blocks tile, each taking the page the one before left.
                         lo_byte, hi_byte = _page_floor(offset + a * row_bytes), _page_floor(offset + b * row_bytes)
                         start_writeback(fd, lo_byte, hi_byte - lo_byte)
-        self._plan_early_work(hi)
 
     def _plan_early_work(self, done: int) -> None:
         """``due``: the transition past which an add takes the general path, which flushes
@@ -139,6 +159,7 @@ class Flushing:
         if self.fields is None:
             self.flush_before = self.jump_limit = self.stack_limit = self.due = self.early_at = 1 << 62
             self.written_back = 0
+            self.undo_copy = False
             return
         c = self.checkpoint
         # The jump ring keeps reserve_rows records of room beyond the checkpoint's window (jumps.py),
@@ -155,13 +176,8 @@ class Flushing:
         if flush_every is not None:
             limit = min(limit, self.seen + flush_every * self.num_envs)
         self.flush_before = limit
+        self.undo_copy = None  # planned at the first early work against this checkpoint
         self._plan_early_work(self.seen)
-
-
-def _rows_of(arr, order, blocks):
-    """The rows of slot ranges ``(first, count)`` of ``arr``, a block at a time (``order``: roworder.py)."""
-    for first, count in blocks:
-        yield arr[order.span(first, count)]
 
 
 def _page_floor(n: int) -> int:

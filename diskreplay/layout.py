@@ -39,14 +39,21 @@ NS_FILE = "ns_buffer.npy"
 FIXED_FILES = (DESCRIPTION_FILE, COUNTERS_FILE, LOCK_FILE, CREATING_MARKER, CHECKPOINT_FILE, PRIORITY_FILE)
 DATA_SUFFIXES = (".npy", ".h5")
 DEFAULT_RESERVE_BYTES = 16 << 20
+# At least this many steps between the flushes that the reserve forces (a flush fsyncs twice:
+# milliseconds, so with fewer steps between them more than 1% of adds would wait for one),
+# within MAX_RESERVE_BYTES (the flush at the limit waits for what the disk has not yet
+# taken of twice the reserve: the rows and their undo copies).
+MIN_RESERVE_STEPS = 128
+MAX_RESERVE_BYTES = 32 << 20
 INCOMPLETE_HINT = ("was never completely created (its creator stopped half-way); "
                    "recreate it with DiskReplay.create(..., overwrite=True)")
 
 
 def reserve_rows_for(fields, num_envs: int, max_size: int, flush_every: int | None) -> int:
-    """Rows of undo reserve: enough for ``flush_every`` steps, else about 16 MiB, within bounds."""
-    row_bytes = sum(spec.row_bytes for spec in fields.values())
-    rows = DEFAULT_RESERVE_BYTES // max(row_bytes, 1)
+    """Rows of undo reserve: enough for ``flush_every`` steps, else about 16 MiB but at least
+    ``MIN_RESERVE_STEPS`` steps up to ``MAX_RESERVE_BYTES``, within bounds."""
+    row_bytes = max(1, sum(spec.row_bytes for spec in fields.values()))
+    rows = max(DEFAULT_RESERVE_BYTES // row_bytes, min(MIN_RESERVE_STEPS * num_envs, MAX_RESERVE_BYTES // row_bytes))
     if flush_every is not None:
         rows = flush_every * num_envs
     # Never more than max_size: a reserve row stands for the slot's content at the flush,

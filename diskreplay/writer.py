@@ -218,6 +218,8 @@ class Writer(Flushing, Session):
             self._flush_now()
         elif t_end > self.early_at:
             self._work_early()
+        if self.closed:  # a signal handler closed the store during the flush or early work, and returned
+            raise self.refusal("add")
         words = self.words
         begin_step(words, t_end)
         start, fit = ring.step_slots(seen, self.base, self.max_size, n)
@@ -422,6 +424,9 @@ class Writer(Flushing, Session):
 
     def _release(self) -> None:
         self.live = False  # held references to the fast add must not store into the files
+        if self.early is not None:  # no early work job touches the files once they close
+            self.early.stop()
+            self.early = None
         # An add interrupted by a signal handler that closed the store resumes after the
         # handler returns: read-only views make its remaining stores raise, not write.
         held = list(getattr(self, "arrays", [])) + list(getattr(self, "views", {}).values())

@@ -35,6 +35,19 @@ def test_random_sigkill_loses_nothing_acknowledged(tmp_path, backend, num_envs):
     assert summary["verified"] > 0
 
 
+@pytest.mark.parametrize("num_envs", [1, 4])
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_random_sigkill_while_undo_rows_are_copied_ahead(tmp_path, backend, num_envs):
+    """The same kills where every add's early work copies the next checkpoint's undo rows
+    ahead (``undocopy.py``): a reserve of 5 steps in a ring of 45 slots, early work every step."""
+    seed = 7000 * num_envs + (backend == "hdf5")
+    summary = run_kill_loop(str(tmp_path), backend, num_envs, kills=KILLS_PER_CASE // 2, max_size=45, seed=seed,
+                            flush_every=5, early_bytes=1)
+    assert summary["failures"] == []
+    assert summary["kills"] == KILLS_PER_CASE // 2
+    assert summary["seen"] > 10 * 45 and summary["checks"] >= KILLS_PER_CASE // 4 and summary["verified"] > 0
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_create_killed_right_after_locking_can_be_redone(tmp_path, backend):
     from crash_common import crash_fields

@@ -25,11 +25,13 @@ import pytest
 from crash_common import FRAME, add_step, crash_fields, store_problems
 
 import diskreplay.counters
+from diskreplay import flushing
 from diskreplay import DiskReplay, DiskReplayError
 from diskreplay.backends import BACKENDS
 from diskreplay.backends.base import RowStorage
 from diskreplay.checkpoint import CheckpointFile
 from diskreplay.errors import RecoveryWarning
+from diskreplay.undocopy import UndoCopy
 
 PAGE = 4096
 IMAGES_PER_CRASH = 4
@@ -57,6 +59,7 @@ class PowerLossRecorder:
         self.flushed = 0  # seen_size at the last completed flush()
         self.issued = 0  # seen_size the add in progress (or the last one) completes
         self.crashes = []
+        self.copied_ahead = 0  # blocks of undo rows copied ahead by adds' early work
         self.armed = False  # crash points are taken once the first flush has completed
         self.real_fsync = os.fsync
         self.real_pwrite = os.pwrite
@@ -111,14 +114,16 @@ def crash_image(durable: dict, current: dict, rng: random.Random) -> dict:
 
 def run_workload(store: str, backend: str, num_envs: int, rng: random.Random, monkeypatch,
                  remove_data_barrier: bool = False, flush_every: int | None = None,
-                 frame_stack: int | None = None, max_size: int = 37) -> PowerLossRecorder:
+                 frame_stack: int | None = None, max_size: int = 37, early_bytes: int | None = None) -> PowerLossRecorder:
     """``frame_stack``: a frame-stack store (``crash_common.stack_step_args``), for tests/test_frame_stack.py
-    (``max_size`` a multiple of ``num_envs``: its frames env-major)."""
+    (``max_size`` a multiple of ``num_envs``: its frames env-major). ``early_bytes``: the writer's
+    early work after every ``early_bytes`` of rows (undo rows copied ahead, ``undocopy.py``);
+    its default (1 MiB) never comes in these small stores."""
     fields = crash_fields((frame_stack,) + FRAME) if frame_stack else crash_fields()
     buf = DiskReplay.create(store, max_size, num_envs=num_envs, backend=backend, fields=fields,
                             seed=7, flush_every=flush_every, frame_stack=frame_stack)
     rec = PowerLossRecorder(store, rng, crash_prob=0.02)
-    real_write = CheckpointFile.write
+    real_write = CheckpointFile.commit
 
     def write_checkpoint(self, slot, generation, seen, *args, **kwargs):
         real_write(self, slot, generation, seen, *args, **kwargs)
@@ -128,9 +133,19 @@ def run_workload(store: str, backend: str, num_envs: int, rng: random.Random, mo
     with monkeypatch.context() as mp:
         mp.setattr(os, "fsync", rec.fsync)
         mp.setattr(os, "pwrite", rec.pwrite)
-        mp.setattr(CheckpointFile, "write", write_checkpoint)
+        mp.setattr(CheckpointFile, "commit", write_checkpoint)
         if remove_data_barrier:
             mp.setattr(RowStorage, "sync", lambda self: None)
+        if early_bytes is not None:
+            mp.setattr(flushing, "EARLY_BYTES", early_bytes)
+            real_copy = UndoCopy.copy
+
+            def copy(self, ckfile, storage, upto, num_envs, still_current=None):
+                if still_current is not None and upto > self.done:
+                    rec.copied_ahead += 1
+                return real_copy(self, ckfile, storage, upto, num_envs, still_current)
+
+            mp.setattr(UndoCopy, "copy", copy)
         seen = 0
         while len(rec.crashes) < CRASH_POINTS:
             rec.issued = seen + num_envs
@@ -191,6 +206,47 @@ def test_power_loss_images_keep_every_flushed_transition(tmp_path, monkeypatch, 
     images, violations = check_images(rec, tmp_path, rng, monkeypatch)
     assert images >= CRASH_POINTS * IMAGES_PER_CRASH
     assert violations == [], violations[:10]
+
+
+@pytest.mark.parametrize("num_envs", [1, 4])
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_power_loss_while_undo_rows_are_copied_ahead(tmp_path, monkeypatch, backend, num_envs):
+    """Early work after every step copies the next checkpoint's undo rows into its slot
+    (a reserve of 5 steps in a ring of at least 2 reserves, so a flush at the limit finds its
+    rows copied): crash points fall inside those copies too, and every image keeps the promise."""
+    rng = random.Random(41 + num_envs + 100 * (backend == "hdf5"))
+    max_size = 37 if num_envs == 1 else 45  # 45: steps of 4 wrap part-way
+    rec = run_workload(str(tmp_path / "src.replay"), backend, num_envs, rng, monkeypatch, flush_every=5,
+                       early_bytes=1, max_size=max_size)
+    assert rec.copied_ahead > 20 and rec.flushed > 3 * max_size
+    images, violations = check_images(rec, tmp_path, rng, monkeypatch)
+    assert images >= CRASH_POINTS * IMAGES_PER_CRASH
+    assert violations == [], violations[:10]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_power_loss_check_catches_undo_rows_copied_ahead_wrong(tmp_path, monkeypatch, backend):
+    """Undo rows copied ahead from the slots one transition on (and trusted by the flush as
+    if right): some image restores wrong rows, and the check says so."""
+    real_copy = UndoCopy.copy
+
+    def copy_one_off(self, ckfile, storage, upto, num_envs, still_current=None):
+        if still_current is None:
+            return real_copy(self, ckfile, storage, upto, num_envs)
+        key = self.key
+        self.key = (key[0], key[1] + 1) + key[2:]
+        try:
+            return real_copy(self, ckfile, storage, upto, num_envs, still_current)
+        finally:
+            self.key = key
+
+    monkeypatch.setattr(UndoCopy, "copy", copy_one_off)
+    rng = random.Random(43)
+    rec = run_workload(str(tmp_path / "src.replay"), backend, 1, rng, monkeypatch, flush_every=5, early_bytes=1)
+    assert rec.copied_ahead > 20
+    images, violations = check_images(rec, tmp_path, rng, monkeypatch)
+    assert images > 0
+    assert violations, "undo rows copied from the wrong slots went unnoticed"
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

@@ -130,7 +130,7 @@ def run_prio_workload(store, backend, rng, monkeypatch, drop_snapshot=False):
     buf = DiskReplay.create(store, 37, backend=backend, fields=cartpole_fields(), prioritized=True, seed=7,
                             flush_every=5)
     rec = PrioRecorder(store, rng, crash_prob=0.03)
-    real_write, real_checkpoint = CheckpointFile.write, Priorities.checkpoint
+    real_write, real_checkpoint = CheckpointFile.commit, Priorities.checkpoint
 
     def write_checkpoint(self, slot, generation, seen, *args, **kwargs):
         real_write(self, slot, generation, seen, *args, **kwargs)
@@ -148,7 +148,7 @@ def run_prio_workload(store, backend, rng, monkeypatch, drop_snapshot=False):
     with monkeypatch.context() as mp:
         mp.setattr(os, "fsync", rec.fsync)
         mp.setattr(os, "pwrite", rec.pwrite)
-        mp.setattr(CheckpointFile, "write", write_checkpoint)
+        mp.setattr(CheckpointFile, "commit", write_checkpoint)
         mp.setattr(Priorities, "checkpoint", prio_checkpoint)
         t = 1
         while len(rec.crashes) < 30:

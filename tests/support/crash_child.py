@@ -2,6 +2,7 @@
 
     python tests/support/crash_child.py STORE --acks FILE [--create --backend memmap --num-envs 1
         --max-size 37] [--flush-prob 0.02] [--seed 0] [--duration SECONDS] [--hold] [--frame-stack K]
+        [--flush-every N] [--early-bytes B]
 
 Opens (or with ``--create`` creates, when absent or left incomplete by a killed creator) the store at STORE for writing, then
 appends ``ready <seen_size>`` to FILE and, after every ``add`` that returned, a line
@@ -11,6 +12,8 @@ Transitions follow ``crash_common.step_args`` (``stack_step_args`` with ``--fram
 ``seen_size``, flushes with probability ``--flush-prob`` after an add and now and then
 samples (to move the sampler). ``--duration`` stops after that many seconds and closes
 the store cleanly (``done <seen_size>``); ``--hold`` only holds the writer lock.
+``--flush-every`` is the created store's; ``--early-bytes`` sets the writer's early work
+(``flushing.EARLY_BYTES``) so that small stores copy undo rows ahead (``undocopy.py``).
 """
 from __future__ import annotations
 
@@ -22,7 +25,7 @@ import time
 
 from crash_common import FRAME, add_step, crash_fields
 
-from diskreplay import DiskReplay
+from diskreplay import DiskReplay, flushing
 from diskreplay.errors import IncompleteStoreError, StoreNotFoundError
 
 
@@ -40,7 +43,11 @@ def main(argv=None) -> int:
     p.add_argument("--duration", type=float, default=None)
     p.add_argument("--hold", action="store_true")
     p.add_argument("--frame-stack", type=int, default=None)
+    p.add_argument("--flush-every", type=int, default=None)
+    p.add_argument("--early-bytes", type=int, default=None)
     args = p.parse_args(argv)
+    if args.early_bytes is not None:
+        flushing.EARLY_BYTES = args.early_bytes
 
     try:
         buf = DiskReplay.open(args.store, mode="r+")
@@ -50,6 +57,7 @@ def main(argv=None) -> int:
         # Absent, or an earlier child was killed while creating it (nothing acknowledged yet).
         buf = DiskReplay.create(args.store, args.max_size, num_envs=args.num_envs, backend=args.backend,
                                 batch_size=4, seed=args.seed, overwrite=True, frame_stack=args.frame_stack,
+                                flush_every=args.flush_every,
                                 fields=crash_fields((args.frame_stack,) + FRAME) if args.frame_stack else crash_fields())
     fd = os.open(args.acks, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     seen = buf.seen_size

@@ -60,7 +60,8 @@ def _complete_store(path: str) -> bool:
 
 def run_kill_loop(workdir: str, backend: str, num_envs: int, *, kills: int | None = None,
                   minutes: float | None = None, max_size: int = 37, seed: int = 0,
-                  check_prob: float = 0.75, progress=None, frame_stack: int | None = None) -> dict:
+                  check_prob: float = 0.75, progress=None, frame_stack: int | None = None,
+                  flush_every: int | None = None, early_bytes: int | None = None) -> dict:
     """Run rounds until ``kills`` kills or ``minutes`` elapsed; returns a summary dict
     with ``kills``, ``checks``, ``verified`` (transitions checked), ``failures`` (list)."""
     store = os.path.join(workdir, f"store-{backend}-{num_envs}.replay")
@@ -98,6 +99,10 @@ def run_kill_loop(workdir: str, backend: str, num_envs: int, *, kills: int | Non
                "--flush-prob", str(rng.choice([0.0, 0.005, 0.03, 0.2]))]
         if frame_stack:
             cmd += ["--frame-stack", str(frame_stack)]
+        if flush_every:
+            cmd += ["--flush-every", str(flush_every)]
+        if early_bytes is not None:
+            cmd += ["--early-bytes", str(early_bytes)]
         with open(errlog, "wb") as err:
             child = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err)
         try:
