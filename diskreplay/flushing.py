@@ -4,10 +4,12 @@
 data file and the counters, then writes a new checkpoint (counters, ``ns_buffer`` and undo
 copies of the rows the next adds will overwrite) into the slot that does not hold the
 newest one. ``flush_before`` is the newest transition an add may write before a flush is
-due. Between flushes, adds do early work every ``EARLY_BYTES`` of rows: they start the
-writeback of their rows and copy the next checkpoint's undo rows ahead (``undocopy.py``),
-so that a flush has mostly headers and fsyncs of data already on its way to disk left. ``Flushing`` is a part of ``Writer`` (``writer.py``), kept apart so that each module
-stays small; it uses the writer's attributes (``data``, ``words``, ``checkpoint``, ...).
+due. Between flushes, every ``EARLY_BYTES`` of rows, adds hand early work to a thread
+(``earlywork.py``): start the writeback of their rows, copy the next checkpoint's undo rows
+ahead (``undocopy.py``), so that a flush at the limit has mostly sums, fsyncs of data
+already on its way to disk, and a header left. ``Flushing`` is a part of ``Writer``
+(``writer.py``), kept apart so that each module stays small; it uses the writer's
+attributes (``data``, ``words``, ``checkpoint``, ...).
 """
 from __future__ import annotations
 
@@ -57,6 +59,7 @@ class Flushing:
         """After a failed sync nothing more is written: the disk may not hold what we think."""
         self.failed = exc
         self.live = False
+        self._stop_early_work()
 
     def _flush(self) -> None:
         self.words[W_DRAWS] = self.sampler.draws

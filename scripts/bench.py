@@ -61,8 +61,8 @@ batch are /proc/self/io read_bytes, read calls per batch its syscr (every read, 
 preadv the batch made, those answered from the page cache included).
 Where fio is installed, W4 also measures the disk's limit for its reads, once a round, on
 the W3 memmap store's frames (scripts/bench_fio.py: random row reads at depth 32 through
-io_uring, buffered and direct), and gives W4 as a fraction of it (x_fio_buffered,
-x_fio_direct).
+io_uring, buffered and direct; and buffered a batch of 64 at a time, as a cold batch must
+read), and gives W4 as a fraction of it (x_fio_buffered, x_fio_direct, x_fio_batch).
 W4 also runs a training loop with a simulated compute step (time.sleep) with and without
 diskreplay.prefetch.Prefetcher (the drop of the page cache is part of each sample call),
 and on the store's own batches(32, prefetch=2), which reads the next batch ahead: there the

@@ -132,18 +132,22 @@ def test_vector_overflow_is_refused_the_same_way(tmp_path, backend, path):
         assert buf.get([0])["rewards"][0] == np.float32(1e30)
 
 
-def test_real_sigterms_into_the_readme_recipe_tear_nothing(tmp_path, backend):
+@pytest.mark.parametrize("signals, early_bytes", [(520, None), (130, 1)])
+def test_real_sigterms_into_the_readme_recipe_tear_nothing(tmp_path, backend, signals, early_bytes):
     """500+ real SIGTERMs per backend at random moments into children that add in a loop
     with the README's handler (close, then sys.exit): every store closes cleanly with no
-    acknowledged step lost and every row whole (the pre-issue-13 code tore a few)."""
+    acknowledged step lost and every row whole (the pre-issue-13 code tore a few). With
+    ``early_bytes=1`` early work comes after every step, so the signals also land while the
+    writer's early work thread starts writebacks and copies undo rows ahead."""
     import json
     import subprocess
 
     support = os.path.join(os.path.dirname(__file__), "support")
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([support, os.environ.get("PYTHONPATH", "")]))
+    extra = [] if early_bytes is None else [str(early_bytes)]
     proc = subprocess.run([sys.executable, os.path.join(support, "sigterm_child.py"), str(tmp_path), backend,
-                           "520", "13"], capture_output=True, text=True, env=env, timeout=600)
+                           str(signals), "13"] + extra, capture_output=True, text=True, env=env, timeout=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     report = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert report["signals"] == 520
+    assert report["signals"] == signals
     assert report["torn"] == report["lost"] == report["unclean"] == report["bad_exit"] == 0, report

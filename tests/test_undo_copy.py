@@ -11,6 +11,7 @@ import os
 import random
 import threading
 import time
+import warnings
 import zlib
 
 import numpy as np
@@ -18,7 +19,7 @@ import pytest
 
 from crash_common import FRAME, add_step, crash_fields, store_problems
 
-from diskreplay import DiskReplay, crcjoin, flushing
+from diskreplay import DiskReplay, DiskReplayError, RecoveryWarning, StoreIOError, crcjoin, flushing
 from diskreplay.checkpoint import HEADER_BYTES, CheckpointFile
 from diskreplay.undocopy import UndoCopy
 
@@ -169,3 +170,40 @@ def test_flushes_at_the_limit_continue_the_copy_early_work_planned(tmp_path, mon
             buf.add(s, *args)
     after_wrap = flushes[buf.max_size // reserve + 2:-1]  # the last one: close()'s, off the plan
     assert len(after_wrap) >= 4 and all(after_wrap), flushes
+
+
+def test_a_write_error_in_the_thread_surfaces_at_the_flush(tmp_path, monkeypatch, backend):
+    """ENOSPC on every undo row the early work thread writes: the adds go on (the thread's
+    errors are dropped), the flush that copies those rows itself meets the error and raises
+    it as a ``DiskReplayError``, the writer then refuses writes, and the store reopens with
+    every add that returned."""
+    monkeypatch.setattr(flushing, "EARLY_BYTES", 1)
+    real_write_rows = CheckpointFile.write_rows
+    failing = {"on": False}
+
+    def write_rows(self, slot, name, k, block, crc=0):
+        if failing["on"]:
+            raise StoreIOError(f"writing {self.path}: [Errno 28] No space left on device")
+        return real_write_rows(self, slot, name, k, block, crc)
+
+    monkeypatch.setattr(CheckpointFile, "write_rows", write_rows)
+    buf = DiskReplay.create(tmp_path / "s", 40, num_envs=1, backend=backend, fields=crash_fields(), seed=1,
+                            flush_every=6)
+    seen = 0
+    while seen < 100:
+        add_step(buf, seen + 1)
+        seen += 1
+    failing["on"] = True
+    with pytest.raises(DiskReplayError, match="No space left"):
+        for _ in range(20):  # the next flush at the limit comes within 6 adds
+            add_step(buf, seen + 1)
+            seen += 1
+    with pytest.raises(DiskReplayError):
+        add_step(buf, seen + 1)
+    buf.close()
+    failing["on"] = False
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RecoveryWarning)
+        with DiskReplay.open(tmp_path / "s", mode="r+") as again:
+            assert again.seen_size == seen
+            assert store_problems(again, min_seen=seen, max_seen=seen) == []

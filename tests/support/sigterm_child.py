@@ -1,6 +1,6 @@
 """Real SIGTERMs into the README's preemption recipe (issue 13), run by tests/test_interrupts.py:
 
-    python sigterm_child.py DIR BACKEND SIGNALS SEED
+    python sigterm_child.py DIR BACKEND SIGNALS SEED [EARLY_BYTES]
 
 For each add path of ``interrupt_common.PATHS`` a store is created and filled past one lap;
 then, ``SIGNALS`` times, a child is forked that reopens one of them, installs the recipe
@@ -8,7 +8,9 @@ then, ``SIGNALS`` times, a child is forked that reopens one of them, installs th
 in shared memory the ``seen_size`` after every ``add`` that returned; after a random delay it
 gets SIGTERM. The parent then reopens the store and checks that it was closed cleanly, that
 no acknowledged step was lost, and that every transition it holds is whole. Prints one JSON
-line with the counts; exits 1 on any failure.
+line with the counts; exits 1 on any failure. ``EARLY_BYTES`` sets the writer's early work
+(``flushing.EARLY_BYTES``; 1: after every step), so the signals also land while the early
+work thread copies undo rows ahead.
 """
 import json
 import mmap
@@ -20,7 +22,7 @@ import warnings
 
 import numpy as np
 
-from diskreplay import DiskReplay, RecoveryWarning
+from diskreplay import DiskReplay, RecoveryWarning, flushing
 from interrupt_common import PATHS, add_step, check_whole, create
 
 
@@ -41,6 +43,8 @@ def child(store: str, name: str, shared: np.ndarray) -> None:
 
 def main() -> int:
     directory, backend, signals, seed = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+    if len(sys.argv) > 5:
+        flushing.EARLY_BYTES = int(sys.argv[5])
     rng = random.Random(seed)
     names = list(PATHS)
     for name in names:
