@@ -5,6 +5,8 @@
  *            number, then each field's row), slicing by eight, straight from the mapped
  *            fields with the GIL released. numpy's version runs a pass per four bytes of
  *            the row over gathered copies: about 120 ns a W1 row, here about 15.
+ * crc_join   the CRC-32 of a + b from those of a and b and len(b) (crcjoin.py; zlib's
+ *            crc32_combine, which Python's zlib does not expose).
  * step       the body of a vector env's fast add (fastadd.py) after its checks: compare
  *            the step's states with the previous step's next states, then the commit
  *            protocol of counters.begin_step / commit_step around the row copies, in one
@@ -51,6 +53,37 @@ static uint32_t crc_bytes(uint32_t c, const uint8_t *p, Py_ssize_t n) {
     for (; n > 0; p++, n--)
         c = T[0][(c ^ *p) & 0xFF] ^ (c >> 8);
     return c;
+}
+
+/* ------------------------------------------------------------------ joining CRCs */
+/* Polynomials over GF(2) modulo zlib's, bit-reflected (bit 31 holds x**0), as in crcjoin.py. */
+static uint32_t X2K[64];  /* x**(2**k) */
+
+static uint32_t times_mod(uint32_t a, uint32_t b) {
+    uint32_t product = 0;
+    for (uint32_t m = 1u << 31; m; m >>= 1) {
+        if (a & m)
+            product ^= b;
+        b = (b & 1) ? (b >> 1) ^ 0xEDB88320u : b >> 1;
+    }
+    return product;
+}
+
+static void init_powers(void) {
+    X2K[0] = 1u << 30;  /* x**1 */
+    for (int k = 1; k < 64; k++)
+        X2K[k] = times_mod(X2K[k - 1], X2K[k - 1]);
+}
+
+static PyObject *crc_join(PyObject *self, PyObject *args) {
+    unsigned long long a, b, nbytes;
+    if (!PyArg_ParseTuple(args, "KKK:crc_join", &a, &b, &nbytes))
+        return NULL;
+    uint32_t factor = 1u << 31;  /* x**(8 * nbytes) = x**(nbytes * 2**3) */
+    for (int k = 3; nbytes; nbytes >>= 1, k++)
+        if (nbytes & 1)
+            factor = times_mod(X2K[k & 63], factor);
+    return PyLong_FromUnsignedLong(times_mod(factor, (uint32_t)a) ^ (uint32_t)b);
 }
 
 static int get_buf(PyObject *obj, Py_buffer *view, int flags, Py_ssize_t itemsize, const char *what) {
@@ -265,6 +298,8 @@ static PyMethodDef methods[] = {
     {"crc_rows", crc_rows, METH_VARARGS,
      "crc_rows(out, slots, ts, fields, rows): out[i] = zlib.crc32 of ts[i] as 8 little-endian bytes,\n"
      "then row slots[i] of each field (a C-contiguous buffer of `rows` rows); out uint32, slots and ts int64."},
+    {"crc_join", crc_join, METH_VARARGS,
+     "crc_join(crc_a, crc_b, nbytes) -> the CRC-32 of a + b, where nbytes = len(b) (zlib's crc32_combine)."},
     {"step", (PyCFunction)(void (*)(void))step, METH_FASTCALL,
      "step(plan, words, seen, base, due, states, *fields, next_states) -> bool or None: the vector\n"
      "fast add's compare and commit (fastadd.py); False: the general path's step; None: an input\n"
@@ -272,10 +307,11 @@ static PyMethodDef methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_rows", "The writer's per-row kernels: CRCs and a step.",
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_rows", "The writer's per-row kernels: CRCs, joining CRCs, and a step.",
                                     -1, methods, NULL, NULL, NULL, NULL};
 
 PyMODINIT_FUNC PyInit__rows(void) {
     init_tables();
+    init_powers();
     return PyModule_Create(&module);
 }

@@ -207,7 +207,7 @@ class CheckpointFile:
                                       (self.layout.reserve_rows - count) * spec.row_bytes, crc)
                 if crc < 0:
                     raise CorruptStoreError(f"{self.path} is shorter than its layout")
-            body_crc = crcjoin.join(body_crc, crc, crcjoin.shift(self.layout.reserve_rows * spec.row_bytes))
+            body_crc = crcjoin.join(body_crc, crc, self.layout.reserve_rows * spec.row_bytes)
         flush_ns = time.time_ns()
         if stacks is None:
             header = _HEADER.pack(MAGIC, 2, slot, generation, seen, base, draws, resets,

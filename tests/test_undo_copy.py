@@ -24,12 +24,13 @@ from diskreplay.checkpoint import HEADER_BYTES, CheckpointFile
 from diskreplay.undocopy import UndoCopy
 
 
-def test_join_is_the_crc_of_the_concatenation():
+@pytest.mark.parametrize("join", [crcjoin.join, crcjoin.join_python], ids=["as built", "python"])
+def test_join_is_the_crc_of_the_concatenation(join):
     rng = random.Random(3)
     for _ in range(400):
         a = rng.randbytes(rng.choice([0, 1, 7, rng.randrange(0, 5000)]))
         b = rng.randbytes(rng.choice([0, 1, 8, rng.randrange(0, 5000)]))
-        assert crcjoin.join(zlib.crc32(a), zlib.crc32(b), crcjoin.shift(len(b))) == zlib.crc32(a + b)
+        assert join(zlib.crc32(a), zlib.crc32(b), len(b)) == zlib.crc32(a + b)
     # Lengths far beyond the small ones: 3 GiB of zeros joined from 1 MiB blocks, and from
     # 64 MiB blocks (each itself joined from 1 MiB), agree (other powers of x on each side).
     mib = zlib.crc32(bytes(1 << 20))
@@ -37,13 +38,24 @@ def test_join_is_the_crc_of_the_concatenation():
     def zeros(blocks: int, crc: int, nbytes: int) -> int:
         out = 0
         for _ in range(blocks):
-            out = crcjoin.join(out, crc, crcjoin.shift(nbytes))
+            out = join(out, crc, nbytes)
         return out
 
     assert zeros(3 << 10, mib, 1 << 20) == zeros(48, zeros(64, mib, 1 << 20), 64 << 20)
     assert zeros(2, mib, 1 << 20) == zlib.crc32(bytes(2 << 20))
     with pytest.raises(ValueError):
         crcjoin.shift(-1)
+
+
+def test_the_built_join_is_in_use():
+    """Where ``_rows`` is built, the flush joins in C (Python's join costs line events by the
+    thousand: tests/test_interrupts.py injects at every one)."""
+    from diskreplay.rowsums import implementation
+
+    if implementation() == "C":
+        assert crcjoin.join is not crcjoin.join_python
+    else:
+        assert crcjoin.join is crcjoin.join_python
 
 
 def _newest(buf) -> tuple:
