@@ -71,7 +71,7 @@ def fast_add(w):
                 return general(state, action, reward, next_state, done, extra)
             seen = w.seen
             t = seen + 1
-            if w.flush_before >= t > w.due and not early(w):
+            if t > w.due and t <= w.flush_before and not early(w):
                 return general(state, action, reward, next_state, done, extra)
             if t > w.due or (state.tobytes() != ns_pair[seen & 1].tobytes() if small
                                       else not same(state, seen & 1)):
@@ -135,7 +135,7 @@ def fast_vector_add(w):
                     or (state.dtype, next_state.dtype, action.dtype, reward.dtype, done.dtype) != dtypes):
                 return general(state, action, reward, next_state, done, extra)
             seen = w.seen
-            if w.flush_before >= seen + n > w.due and not early(w):
+            if seen + n > w.due and seen + n <= w.flush_before and not early(w):
                 return general(state, action, reward, next_state, done, extra)
             if kernel is not None:  # one C call: no signal handler runs in the middle of it
                 try:
@@ -221,7 +221,7 @@ def fast_stack_add(w):
                 return general(state, action, reward, next_state, done, extra)
             seen, base, previous = w.seen, w.base, w.overlap
             t = seen + 1
-            if w.flush_before >= t > w.due and not early(w):
+            if t > w.due and t <= w.flush_before and not early(w):
                 return general(state, action, reward, next_state, done, extra)
             if previous is None or not previous[0] or seen == base or t > w.due or (
                     state.tobytes() != ns_pair[seen & 1].tobytes() if small else not same(state, seen & 1)):
@@ -294,7 +294,7 @@ def fast_stack_vector_add(w):
                 return general(state, action, reward, next_state, done, extra)
             seen, base, previous = w.seen, w.base, w.overlap
             t_end = seen + n
-            if w.flush_before >= t_end > w.due and not early(w):
+            if t_end > w.due and t_end <= w.flush_before and not early(w):
                 return general(state, action, reward, next_state, done, extra)
             start = (seen - base) % max_size
             stop = start + n
