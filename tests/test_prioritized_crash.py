@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import diskreplay.counters
-from diskreplay import DiskReplay, DiskReplayError
+from diskreplay import DiskReplay, DiskReplayError, flushing
 from diskreplay.backends import BACKENDS
 from diskreplay.checkpoint import CheckpointFile
 from diskreplay.errors import RecoveryWarning
@@ -203,9 +203,14 @@ def check_prio_images(rec, tmp_path, rng, monkeypatch) -> tuple[int, list]:
     return images, violations
 
 
+@pytest.mark.parametrize("early_bytes", [None, 1], ids=["default", "copying-ahead"])
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_power_cut_images_hold_the_priorities_of_the_last_flush(tmp_path, monkeypatch, backend):
-    rng = random.Random(23 + (backend == "hdf5"))
+def test_power_cut_images_hold_the_priorities_of_the_last_flush(tmp_path, monkeypatch, backend, early_bytes):
+    """``copying-ahead``: early work after every add, so the undo rows are copied ahead
+    (undocopy.py) and crash points fall inside those copies too."""
+    if early_bytes is not None:
+        monkeypatch.setattr(flushing, "EARLY_BYTES", early_bytes)
+    rng = random.Random(23 + (backend == "hdf5") + 7 * (early_bytes or 0))
     rec = run_prio_workload(str(tmp_path / "src.replay"), backend, rng, monkeypatch)
     images, violations = check_prio_images(rec, tmp_path, rng, monkeypatch)
     assert images >= 30 * IMAGES_PER_CRASH
