@@ -9,9 +9,9 @@ import pytest
 
 from diskreplay import DiskReplay
 
-# Rows of 512 KiB (and 13 bytes) give a reserve of 63 rows (32 MiB, the most that the 128 steps
+# Rows of 768 KiB (and 13 bytes) give a reserve of 63 rows (48 MiB, the most that the 200 steps
 # of the default reserve take): a ring of 200 slots fills three reserves before its first wrap.
-FIELDS = {"states": ((1 << 19,), "uint8"), "actions": ((), "int64"), "rewards": ((), "float32"),
+FIELDS = {"states": ((3 << 18,), "uint8"), "actions": ((), "int64"), "rewards": ((), "float32"),
           "dones": ((), "bool")}
 
 
@@ -27,7 +27,7 @@ def test_unflushed_rows_never_exceed_the_reserve(tmp_path, backend, num_envs):
         session = buf._session
         reserve = session.reserve_rows
         assert reserve == 63
-        state = np.zeros((num_envs, 1 << 19) if num_envs > 1 else (1 << 19,), np.uint8)
+        state = np.zeros((num_envs, 3 << 18) if num_envs > 1 else (3 << 18,), np.uint8)
         if num_envs > 1:
             args = (np.zeros(num_envs, np.int64), np.zeros(num_envs, np.float32), state, np.zeros(num_envs, bool))
         else:
@@ -51,7 +51,7 @@ def test_the_general_add_keeps_the_limit_too(tmp_path, backend):
     applies the same limit."""
     with DiskReplay.create(tmp_path / "s", 150, backend=backend, fields=FIELDS) as buf:
         session = buf._session
-        state = [0] * (1 << 19)  # a list: converted by the general add
+        state = [0] * (3 << 18)  # a list: converted by the general add
         for _ in range(130):
             buf.add(state, 0, 0.0, state, False)
             assert _unflushed(buf) <= session.reserve_rows
@@ -70,7 +70,7 @@ def test_the_checkpoint_crc_computed_as_written_matches_the_file(tmp_path, backe
         ckfile = session.data.ckfile
         counts = {}
         for i in range(3 * max_size):
-            state = rng.integers(0, 255, 1 << 19, dtype=np.uint8)
+            state = rng.integers(0, 255, 3 << 18, dtype=np.uint8)
             buf.add(state, i, float(i), state, False)
             c = session.checkpoint
             if c.generation not in counts:

@@ -118,10 +118,10 @@ def test_jumps_after_reset_and_on_the_first_step(tmp_path, backend):
 
 def test_the_jump_ring_forces_a_flush_before_it_outgrows_its_room(tmp_path, backend):
     """Records written since the last checkpoint never exceed ``reserve_rows`` (the ring's
-    room beyond the checkpoint's window): large rows (2 MiB) give a small reserve (the 32 MiB that 128 steps may take: 15 rows), and every step
+    room beyond the checkpoint's window): large rows (3 MiB) give a small reserve (the 48 MiB that 200 steps may take: 15 rows), and every step
     jumps. (The row limit, ``reserve_rows`` transitions past the checkpoint even before the
     first wrap, implies the records' limit; both hold here.)"""
-    fields = {"states": ((1 << 21,), "uint8"), "actions": ((), "int64"), "rewards": ((), "float32"),
+    fields = {"states": ((3 << 20,), "uint8"), "actions": ((), "int64"), "rewards": ((), "float32"),
               "dones": ((), "bool")}
     rng = np.random.default_rng(0)
     with DiskReplay.create(tmp_path / "s", 40, backend=backend, fields=fields) as buf:
@@ -129,8 +129,8 @@ def test_the_jump_ring_forces_a_flush_before_it_outgrows_its_room(tmp_path, back
         assert reserve == 15
         given = []
         for _ in range(30):  # every step an autoreset
-            given.append(rng.integers(0, 255, 1 << 21, dtype=np.uint8))
-            buf.add(rng.integers(0, 255, 1 << 21, dtype=np.uint8), 0, 0.0, given[-1], False)
+            given.append(rng.integers(0, 255, 3 << 20, dtype=np.uint8))
+            buf.add(rng.integers(0, 255, 3 << 20, dtype=np.uint8), 0, 0.0, given[-1], False)
             session = buf._session
             assert session.jcount - session.checkpoint.jumps <= reserve
         assert session.checkpoint.jumps > 0 and session.jcount == 29

@@ -13,7 +13,7 @@ import pytest
 from diskreplay import DiskReplay, SchemaMismatchError
 from diskreplay.views import store_info
 
-RESERVE_BYTES = 16 << 20  # "an undo reserve of about 16 MiB of rows, at least 128 steps up to 32 MiB"
+RESERVE_BYTES = 16 << 20  # "an undo reserve of about 16 MiB of rows, at least 200 steps up to 48 MiB"
 BLOCKS_PER_FILE = 2 * 4096  # "plus a filesystem block or two per file"
 
 
@@ -34,7 +34,7 @@ def test_disk_footprint_is_what_the_readme_says(tmp_path, shape, dtype, max_size
             buf.add(s, np.zeros(num_envs, np.int64), np.zeros(num_envs, np.float32), s + 1, np.zeros(num_envs, bool))
             s = s + 1
         info = store_info(buf)
-    default = max(RESERVE_BYTES // row, min(128 * num_envs, (32 << 20) // row))
+    default = max(RESERVE_BYTES // row, min(200 * num_envs, (48 << 20) // row))
     reserve = min(max(default if flush_every is None else flush_every * num_envs, num_envs), max_size)
     files = len(list((tmp_path / "s").iterdir()))
     rows = max_size * row

@@ -160,8 +160,8 @@ def _file_bytes(path) -> bytes:
 
 
 def test_flushes_at_the_limit_continue_the_copy_early_work_planned(tmp_path, monkeypatch, backend):
-    """With the default early work (1 MiB of rows), W3-like rows (28 KiB) and a ring of
-    four reserves, every flush at the limit after the first wrap is the one early work
+    """With the default early work (1 MiB of rows), W3-like rows (28 KiB, a reserve of 1,600
+    rows: 200 steps of 8) and a ring of four reserves, every flush at the limit after the first wrap is the one early work
     planned for: it continues that copy (however far the thread got) instead of starting over."""
     fields = {"states": ((4, 84, 84), "uint8"), "actions": ((), "int64"), "rewards": ((), "float32"),
               "dones": ((), "bool")}
@@ -174,8 +174,9 @@ def test_flushes_at_the_limit_continue_the_copy_early_work_planned(tmp_path, mon
         return real_copy(self, ckfile, storage, upto, n, still_current)
 
     monkeypatch.setattr(UndoCopy, "copy", copy)
-    with DiskReplay.create(tmp_path / "s", 4 * 1024, num_envs=8, backend=backend, fields=fields, seed=1) as buf:
+    with DiskReplay.create(tmp_path / "s", 4 * 1600, num_envs=8, backend=backend, fields=fields, seed=1) as buf:
         reserve = buf._session.reserve_rows
+        assert reserve == 1600
         s = np.random.default_rng(0).integers(0, 255, (8, 4, 84, 84), dtype=np.uint8)
         args = (np.zeros(8, np.int64), np.zeros(8, np.float32), s, np.zeros(8, bool))
         while buf.seen_size < 3 * buf.max_size:
