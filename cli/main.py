@@ -99,7 +99,8 @@ def info(path: str, as_json: bool) -> None:
 @click.option("--index", "index", multiple=True, metavar="I",
               help="Slot indices in [0, size): --index 3 4 5, or --index 3,4,5.")
 @click.option("--env", "env", type=click.IntRange(min=0), metavar="E",
-              help="Only env E's transitions (--head/--tail then count those).")
+              help="Only env E's transitions (--head/--tail then count those; --index slots of other envs "
+                   "are left out, with a note on stderr).")
 @click.option("--fields", "fields", metavar="a,b", help="Only these keys (e.g. states,rewards).")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list of row objects, arrays in full.")
 @handle_errors
@@ -129,6 +130,9 @@ def show(path, more, head, tail, index, env, fields, as_json) -> None:
         keys = parse_fields(fields, batch_keys(buf))
         block = read_block(buf, head=head, tail=tail, index=idx_list, env=env)
         envs = (block.transitions - 1) % buf.num_envs  # env-major: transition t came from env (t-1) % num_envs
+    if idx_list is not None and env is not None and len(block.slots) < len(idx_list):
+        click.echo(f"note: {len(idx_list) - len(block.slots)} of the {len(idx_list)} slots given hold other "
+                   f"envs' transitions; --env {env} leaves them out", err=True)
     if as_json:
         echo_json([{"slot": int(s), "transition": int(t), "env": int(e), **{k: block.batch[k][i] for k in keys}}
                    for i, (s, t, e) in enumerate(zip(block.slots.tolist(), block.transitions.tolist(),

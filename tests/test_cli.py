@@ -147,8 +147,10 @@ def test_show_tail_head_index(store, run):
     assert [(row["transition"], row["env"]) for row in rows] == [(11, 0), (13, 0), (15, 0)]
     rows = run("show", store, "--head", 2, "--env", 1, "--json").json()
     assert [row["transition"] for row in rows] == [8, 10]
-    rows = run("show", store, "--index", "0,9,2", "--env", 1, "--json").json()
-    assert [row["slot"] for row in rows] == [9]
+    r = run("show", store, "--index", "0,9,2", "--env", 1, "--json")
+    assert [row["slot"] for row in r.json()] == [9]
+    assert "2 of the 3 slots given hold other envs' transitions; --env 1 leaves them out" in r.err
+    assert "slots given" not in run("show", store, "--index", "9", "--env", 1).err
     assert len(run("show", store, "--tail", 100, "--env", 1, "--json").json()) == 5
     r = run("show", store, "--env", 2)
     assert r.code == 2 and "env must be in [0, 2)" in r.err
