@@ -19,7 +19,7 @@ import numpy as np
 
 from . import crcjoin
 from .errors import CorruptStoreError
-from .fsutil import close_fd, io_error, preallocate_file, start_writeback
+from .fsutil import close_fd, io_error, preallocate_file, pwrite_all, start_writeback
 
 CHECKPOINT_FILE = "checkpoint.bin"
 HEADER_BYTES = 4096
@@ -231,12 +231,8 @@ class CheckpointFile:
     def _pwrite(self, data, offset: int) -> memoryview:
         """Write all of ``data`` at ``offset``; return the bytes written (for their CRC)."""
         whole = memoryview(np.ascontiguousarray(data)).cast("B") if isinstance(data, np.ndarray) else memoryview(data)
-        view = whole
         try:
-            while view:
-                n = os.pwrite(self.fd, view, offset)
-                view = view[n:]
-                offset += n
+            pwrite_all(self.fd, whole, offset)
         except OSError as exc:
             raise io_error(f"writing {self.path}", exc) from exc
         return whole

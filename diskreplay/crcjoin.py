@@ -14,6 +14,8 @@ is built (``_rows.crc_join``, about a microsecond), else here in Python (tens of
 """
 from __future__ import annotations
 
+from functools import lru_cache
+
 __all__ = ["join", "join_python", "shift"]
 
 try:
@@ -37,25 +39,24 @@ def _times(a: int, b: int) -> int:
     return product
 
 
+@lru_cache(maxsize=1)
 def _powers() -> list[int]:
-    """``x**(2**k)`` for k = 0..63."""
+    """``x**(2**k)`` for k = 0..63 (computed at the first use: never where the C join serves)."""
     out = [_ONE >> 1]  # x**1
     for _ in range(63):
         out.append(_times(out[-1], out[-1]))
     return out
 
 
-_X2K = _powers()
-
 
 def shift(nbytes: int) -> int:
     """``x**(8 * nbytes)`` modulo the polynomial: the factor ``join`` applies for ``nbytes``."""
     if nbytes < 0:
         raise ValueError(f"shift: nbytes must be >= 0, got {nbytes}")
-    factor, k, n = _ONE, 3, nbytes  # x**(8n) = x**(n * 2**3)
+    powers, factor, k, n = _powers(), _ONE, 3, nbytes  # x**(8n) = x**(n * 2**3)
     while n:
         if n & 1:
-            factor = _times(_X2K[k], factor)
+            factor = _times(powers[k], factor)
         n >>= 1
         k += 1
     return factor

@@ -32,9 +32,13 @@ except ImportError:  # not built: the vector add writes its fields with numpy (r
     c_step = None
 
 
-def early(w) -> bool:
-    """Hand over the early work that is due (``Flushing._work_early``: it only posts jobs)
-    so the add stays on its fast path; false if the store closed meanwhile (a signal handler)."""
+def early(w, t_end: int) -> bool:
+    """For a step past ``w.due`` that ends at ``t_end``: hand over the early work that is due
+    (``Flushing._work_early``: it only posts jobs) so the add stays on its fast path. False
+    (take the general path) if a flush is due instead, or the store closed meanwhile (a
+    signal handler)."""
+    if t_end > w.flush_before:
+        return False
     w._work_early()
     return w.live
 
@@ -71,7 +75,7 @@ def fast_add(w):
                 return general(state, action, reward, next_state, done, extra)
             seen = w.seen
             t = seen + 1
-            if t > w.due and t <= w.flush_before and not early(w):
+            if t > w.due and not early(w, t):
                 return general(state, action, reward, next_state, done, extra)
             if t > w.due or (state.tobytes() != ns_pair[seen & 1].tobytes() if small
                                       else not same(state, seen & 1)):
@@ -135,7 +139,7 @@ def fast_vector_add(w):
                     or (state.dtype, next_state.dtype, action.dtype, reward.dtype, done.dtype) != dtypes):
                 return general(state, action, reward, next_state, done, extra)
             seen = w.seen
-            if seen + n > w.due and seen + n <= w.flush_before and not early(w):
+            if seen + n > w.due and not early(w, seen + n):
                 return general(state, action, reward, next_state, done, extra)
             if kernel is not None:  # one C call: no signal handler runs in the middle of it
                 try:
@@ -221,7 +225,7 @@ def fast_stack_add(w):
                 return general(state, action, reward, next_state, done, extra)
             seen, base, previous = w.seen, w.base, w.overlap
             t = seen + 1
-            if t > w.due and t <= w.flush_before and not early(w):
+            if t > w.due and not early(w, t):
                 return general(state, action, reward, next_state, done, extra)
             if previous is None or not previous[0] or seen == base or t > w.due or (
                     state.tobytes() != ns_pair[seen & 1].tobytes() if small else not same(state, seen & 1)):
@@ -294,7 +298,7 @@ def fast_stack_vector_add(w):
                 return general(state, action, reward, next_state, done, extra)
             seen, base, previous = w.seen, w.base, w.overlap
             t_end = seen + n
-            if t_end > w.due and t_end <= w.flush_before and not early(w):
+            if t_end > w.due and not early(w, t_end):
                 return general(state, action, reward, next_state, done, extra)
             start = (seen - base) % max_size
             stop = start + n

@@ -113,10 +113,9 @@ class Flushing:
         if copy is None:  # planned once per checkpoint; False: nothing to copy ahead
             copy = self.undo_copy = plan(self.checkpoint, self.seen, self.flush_before, self.num_envs, self.base,
                                          self.max_size, self.reserve_rows, storage.arrays) or False
-            self.copy_target = 0
         if copy:
             # A third more rows than the adds wrote since the last block: done before the flush.
-            upto = self.copy_target = self.copy_target + (self.early_at - self.written_back) * 4 // 3 + 1
+            upto = copy.target = copy.target + (self.early_at - self.written_back) * 4 // 3 + 1
             ckfile, n = self.data.ckfile, self.num_envs
             worker.post(lambda wanted: copy.copy(ckfile, storage, upto, n, wanted))
         self._plan_early_work(self.seen)

@@ -34,7 +34,7 @@ import os
 import numpy as np
 
 from .errors import CorruptStoreError
-from .fsutil import close_fd, io_error
+from .fsutil import close_fd, io_error, pwrite_all
 from .rowreader import will_need
 from .npyfile import create_npy, expected_npy_bytes, open_npy, read_npy_header, write_npy_header
 from .schema import FieldSpec
@@ -219,12 +219,8 @@ class JumpRing:
         flat = np.ascontiguousarray(rows).reshape(len(rows), -1).view(np.uint8)
         for i, t in enumerate(np.asarray(ts).tolist()):
             k = (count + i) % self.capacity
-            view = memoryview(flat[i])
-            at = self.offset + k * self.spec.row_bytes
             try:
-                while view:
-                    n = os.pwrite(self.fd, view, at)
-                    view, at = view[n:], at + n
+                pwrite_all(self.fd, memoryview(flat[i]), self.offset + k * self.spec.row_bytes)
             except OSError as exc:
                 raise io_error(f"writing {self.path}", exc) from exc
             self.records[k] = t

@@ -30,13 +30,15 @@ BLOCK_BYTES = 1 << 20  # rows copied at a time from a ring whose rows lie env-ma
 
 class UndoCopy:
     """The undo rows ``0 .. count-1`` (transitions ``first ..``) of checkpoint slot ``slot``,
-    of which ``done`` are written; ``crcs[name]``: the CRC of field ``name``'s written rows."""
+    of which ``done`` are written; ``crcs[name]``: the CRC of field ``name``'s written rows;
+    ``target``: the rows early work has asked for so far (the writer's thread sets it)."""
 
     def __init__(self, slot: int, first: int, count: int, base: int, names):
         self.key = (slot, first, count, base)
         # One attribute, replaced whole after each block: a signal handler's flush that runs
         # in the middle of a block sees the rows before it as done, never a half-counted block.
         self.progress = (0, {name: 0 for name in names})
+        self.target = 0
 
     @property
     def done(self) -> int:
@@ -46,10 +48,10 @@ class UndoCopy:
     def crcs(self) -> dict:
         return self.progress[1]
 
-    def copy(self, ckfile, storage, upto: int, num_envs: int, still_current=None) -> None:
-        """Write rows ``done .. upto-1`` of every field. ``still_current()``, asked before each
-        write, says whether this copy is still the writer's (a signal handler may have
-        flushed and closed the store in between); if not, nothing more is written."""
+    def copy(self, ckfile, storage, upto: int, num_envs: int, wanted=None) -> None:
+        """Write rows ``done .. upto-1`` of every field. ``wanted()``, asked before each write
+        (``earlywork.py``), says whether this copy is still the writer's (a flush may have
+        taken it over, a close ended it); if not, nothing more is written."""
         done, crcs = self.progress
         slot, first, count, base = self.key
         upto = min(upto, count)
@@ -61,7 +63,7 @@ class UndoCopy:
             order, k, crc = storage.order(name), done, crcs[name]
             for start, n in _blocks(ring.slot_of(first + done, base, m), upto - done, m, order, arr, num_envs):
                 block = arr[order.span(start, n)]  # a view, or a copy where rows lie env-major
-                if still_current is not None and not still_current():
+                if wanted is not None and not wanted():
                     return
                 crc = ckfile.write_rows(slot, name, k, block, crc)
                 k += n

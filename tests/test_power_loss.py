@@ -140,10 +140,10 @@ def run_workload(store: str, backend: str, num_envs: int, rng: random.Random, mo
             mp.setattr(flushing, "EARLY_BYTES", early_bytes)
             real_copy = UndoCopy.copy
 
-            def copy(self, ckfile, storage, upto, num_envs, still_current=None):
-                if still_current is not None and upto > self.done:
+            def copy(self, ckfile, storage, upto, num_envs, wanted=None):
+                if wanted is not None and upto > self.done:
                     rec.copied_ahead += 1
-                return real_copy(self, ckfile, storage, upto, num_envs, still_current)
+                return real_copy(self, ckfile, storage, upto, num_envs, wanted)
 
             mp.setattr(UndoCopy, "copy", copy)
         seen = 0
@@ -230,13 +230,13 @@ def test_power_loss_check_catches_undo_rows_copied_ahead_wrong(tmp_path, monkeyp
     if right): some image restores wrong rows, and the check says so."""
     real_copy = UndoCopy.copy
 
-    def copy_one_off(self, ckfile, storage, upto, num_envs, still_current=None):
-        if still_current is None:
+    def copy_one_off(self, ckfile, storage, upto, num_envs, wanted=None):
+        if wanted is None:
             return real_copy(self, ckfile, storage, upto, num_envs)
         key = self.key
         self.key = (key[0], key[1] + 1) + key[2:]
         try:
-            return real_copy(self, ckfile, storage, upto, num_envs, still_current)
+            return real_copy(self, ckfile, storage, upto, num_envs, wanted)
         finally:
             self.key = key
 

@@ -86,10 +86,10 @@ def test_copied_ahead_or_not_the_checkpoints_are_the_same(tmp_path, monkeypatch,
     copied = []
     real_copy = UndoCopy.copy
 
-    def copy(self, ckfile, storage, upto, n, still_current=None):
-        if still_current is not None and upto > self.done:
+    def copy(self, ckfile, storage, upto, n, wanted=None):
+        if wanted is not None and upto > self.done:
             copied.append(upto)
-        return real_copy(self, ckfile, storage, upto, n, still_current)
+        return real_copy(self, ckfile, storage, upto, n, wanted)
 
     monkeypatch.setattr(UndoCopy, "copy", copy)
     rng = random.Random(num_envs)
@@ -168,10 +168,10 @@ def test_flushes_at_the_limit_continue_the_copy_early_work_planned(tmp_path, mon
     flushes = []
     real_copy = UndoCopy.copy
 
-    def copy(self, ckfile, storage, upto, n, still_current=None):
-        if still_current is None:  # the flush's own call
+    def copy(self, ckfile, storage, upto, n, wanted=None):
+        if wanted is None:  # the flush's own call
             flushes.append(self is buf._session.undo_copy)
-        return real_copy(self, ckfile, storage, upto, n, still_current)
+        return real_copy(self, ckfile, storage, upto, n, wanted)
 
     monkeypatch.setattr(UndoCopy, "copy", copy)
     with DiskReplay.create(tmp_path / "s", 4 * 1600, num_envs=8, backend=backend, fields=fields, seed=1) as buf:
