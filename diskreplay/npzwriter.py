@@ -26,7 +26,8 @@ import zlib
 
 import numpy as np
 
-from .outfile import WriteBehind, pwrite_all
+from .fsutil import pwrite_all
+from .outfile import WriteBehind
 
 COPY_BYTES = 16 << 20
 PARALLEL_CRC_BYTES = 1 << 20

@@ -238,4 +238,4 @@ def _chunk_offsets(dset) -> np.ndarray:
     return offsets
 
 
-__all__ = ["PlacedRows", "WriteBehind", "create_placed", "pwrite_all", "writes_raw"]
+__all__ = ["PlacedRows", "WriteBehind", "create_placed", "writes_raw"]

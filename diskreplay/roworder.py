@@ -77,7 +77,7 @@ class EnvMajor(SlotOrder):
         per = count // n  # each env's rows of the block are one run; interleave them back
         parts = [np.frombuffer(read(e * self.per_env + start // n, per), np.uint8) for e in range(n)]
         if any(len(p) != per * row_bytes for p in parts):
-            return b"".join(p.tobytes() for p in parts)[:0]  # past the end of the file: the caller reports it
+            return b""  # past the end of the file: the caller reports it
         return np.stack([p.reshape(per, row_bytes) for p in parts], axis=1).tobytes()
 
 

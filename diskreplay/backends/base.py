@@ -29,7 +29,7 @@ class RowStorage:
 
     def rows(self, name: str, slots):
         """The rows of field ``name`` that hold ``slots``."""
-        return self.orders.get(name, SLOT_ORDER).rows(slots)
+        return self.order(name).rows(slots)
 
     def sync(self) -> None:
         for f in self.files:
