@@ -5,16 +5,20 @@
         buf.add(state, action, reward, next_state, done)
         batch = buf.sample()
 
-Module map (ARCHITECTURE.md has the rules): ``store`` is the ``DiskReplay`` facade over a
-``writer`` or ``reader`` session (``session`` holds what they share); ``layout`` knows the
-store directory; the files are owned by ``description`` (store.json), ``counters``
-(meta.bin, the commit protocol), ``checkpoint`` (checkpoint.bin), ``rowsums``
-(rowsums.npy), ``lock`` and the ``backends`` (data); ``recovery`` decides what state a
-store is in; ``ring`` is the slot arithmetic and sampler; ``schema`` the fields;
-``gather`` and ``rowreader`` read batches; ``fastadd`` the specialised adds; ``convert``
-and ``verify`` work below the facade; ``views``, ``stats`` and ``export`` read stores
-for any Python user (and the CLI); ``prioritized`` (with ``sumtree`` and
-``priorityargs``) holds a prioritized store's priorities; ``slm`` is the SLM-Lab drop-in.
+Module map (ARCHITECTURE.md has the rules and a row per module). The top level holds the
+public modules, whose import paths are API: ``store`` (the ``DiskReplay`` facade),
+``errors``, ``views``, ``stats``, ``verify``, ``chrono`` and ``episodereader`` (reading
+stores for any Python user and the CLI), ``export`` (npz, HDF5, D4RL, Minari) and the
+drop-ins ``slm``, ``sb3``, ``torchrl``, ``gym`` and ``ray``. Below them, one kind of thing
+per folder, each importing only the floors beneath it:
+
+- ``core/``: the replay semantics without files (ring, schema, episodes, n-step);
+- ``disk/``: bytes on disk (durable writes, mapped files, ``.npy`` headers);
+- ``backends/``: where a field's rows live (memmap, HDF5) and batch gathers;
+- ``format/``: one module per store file (description, counters, checkpoint, ...);
+- ``parts/``: side data beside the rows (jump ring, frame stacks, priorities);
+- ``session/``: an open store (writer, flushes, fast adds, reader, convert);
+- ``native/``: the C kernels, the one ``DISKREPLAY_PURE=1`` switch.
 """
 from .errors import (CorruptStoreError, DiskReplayError, EmptyStoreError, EnvProtocolError, IncompleteStoreError,
                      IndexOutOfRangeError, InsufficientSpaceError, InterfaceMismatchError,

@@ -19,10 +19,10 @@ from typing import Callable, Iterator, NamedTuple
 
 import numpy as np
 
-from . import ring
+from .core import ring
 from .errors import EmptyStoreError, InvalidArgumentError, OvertakenError
-from .prefetch import Prefetcher
-from .schema import FieldSpec
+from .core.prefetch import Prefetcher
+from .core.schema import FieldSpec
 
 BLOCK_BYTES = 16 << 20
 _SNAPSHOT_TRIES = 1000
@@ -46,7 +46,7 @@ class Snapshot:
 
     @property
     def base(self) -> int:
-        """A reset point that gives these counters in :mod:`diskreplay.ring`'s terms: the
+        """A reset point that gives these counters in :mod:`diskreplay.core.ring`'s terms: the
         store's own while the ring is not full, else the latest one consistent with ``head``."""
         return self.seen - self.size - (self.head + 1 - self.size) % self.max_size
 

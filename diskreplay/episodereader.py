@@ -1,6 +1,6 @@
 """Episodes as data: a store read oldest first and cut into episodes, per env, in one pass.
 
-Episodes end where :func:`diskreplay.episodes.episode_ends` says (``dones``, a
+Episodes end where :func:`diskreplay.core.episodes.episode_ends` says (``dones``, a
 ``truncateds`` field) or where a row's next state is not the state of its env's next
 row (a jump: an autoreset nobody marked), found by comparing the bytes of the two.
 Reading goes through :class:`~diskreplay.chrono.ChronoReader` in row blocks, so memory
@@ -21,7 +21,7 @@ from typing import Callable, Iterator, NamedTuple
 import numpy as np
 
 from .chrono import ChronoReader, block_rows
-from .episodes import episode_ends
+from .core.episodes import episode_ends
 from .errors import InvalidArgumentError
 
 # Keys of an episode's data besides its fields' rows (``states`` gets one row more).

@@ -34,7 +34,7 @@ import gymnasium
 import numpy as np
 
 from .envspaces import check_store, open_or_create, space_field
-from .episodes import TRUNCATION_FIELD
+from .core.episodes import TRUNCATION_FIELD
 from .errors import EnvProtocolError, InvalidArgumentError, PartialStepWarning, ReadOnlyError
 from .store import DiskReplay
 

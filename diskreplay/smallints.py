@@ -14,10 +14,9 @@ from __future__ import annotations
 
 import numpy as np
 
-try:
-    from . import _scan
-except ImportError:  # not built (no compiler at install): numpy does the same, slower
-    _scan = None
+from . import native
+
+_scan = native.scan  # None where not built or DISKREPLAY_PURE is set: numpy does the same, slower
 
 __all__ = ["implementation", "moments", "moments_numpy", "tally", "tally_numpy"]
 

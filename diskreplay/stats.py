@@ -20,7 +20,7 @@ import numpy as np
 from . import smallints
 from .store import DiskReplay
 from .chrono import require_fields
-from .episodes import TRUNCATION_FIELD, episode_ends
+from .core.episodes import TRUNCATION_FIELD, episode_ends
 from .views import ChronoReader, block_rows, snapshot
 
 BINS = 50
@@ -169,7 +169,7 @@ class Episodes:
 
     def update(self, transitions: np.ndarray, envs: np.ndarray, rewards, ends) -> None:
         """Fold in transitions (in order) with their rewards and episode ends
-        (:func:`diskreplay.episodes.episode_ends`)."""
+        (:func:`diskreplay.core.episodes.episode_ends`)."""
         if len(transitions) == 0:
             return
         if self.next_transition is not None and int(transitions[0]) != self.next_transition:

@@ -7,27 +7,26 @@ the one place that sets ``add`` (``_bind_add``). FORMAT.md describes the files.
 from __future__ import annotations
 
 import numbers
-import os
 import warnings
 import weakref
 from typing import Callable, Iterator
 
 import numpy as np
 
-from . import ring
-from .convert import convert_store
-from .description import FORMAT_VERSION, MAX_SLOTS
+from .core import ring
+from .session.convert import convert_store
+from .format.description import FORMAT_VERSION, MAX_SLOTS
 from .episodereader import EpisodeReader
 from .errors import InvalidArgumentError, NotPrioritizedError, RecoveryWarning, StoreClosedError
-from .framestack import check_frame_stack, frame_spec
-from .prefetch import Prefetcher
-from .priorityargs import check_beta, check_field_names, is_prioritized, settings_keys
-from .layout import check_path
-from .nstep import check_n_step
-from .reader import Reader
-from .schema import check_count, check_row_sizes, normalize_fields
-from .session import Session
-from .writer import Writer
+from .parts.stacks.ring import check_frame_stack, frame_spec
+from .core.prefetch import Prefetcher
+from .parts.priorities.args import check_beta, check_field_names, is_prioritized, settings_keys
+from .format.directory import check_path
+from .core.nstep import check_n_step
+from .session.reader import Reader
+from .core.schema import check_count, check_row_sizes, normalize_fields
+from .session.base import Session
+from .session.writer import Writer
 
 
 class _DefaultBeta(float):
@@ -354,7 +353,7 @@ class DiskReplay:
         state), ``actions``, ``rewards``, ``dones`` and every extra field (T rows each),
         ``slots`` (T) and ``complete`` (False when the ring already overwrote its start,
         when a live writer overtook the read inside it, or when it has not ended yet).
-        Episodes end as :func:`diskreplay.episodes.episode_ends` says, and where a next
+        Episodes end as :func:`diskreplay.core.episodes.episode_ends` says, and where a next
         state is not the state of the env's next row."""
         self._check_open()
         return (ep.data for ep in EpisodeReader(self, env=env))

@@ -32,22 +32,23 @@ from typing import Callable
 
 import numpy as np
 
-from . import ring
+from .core import ring
 from .backends import BACKENDS, get_backend
-from .checkpoint import CHECKPOINT_FILE, CheckpointFile, CheckpointLayout
-from .counters import COMMIT_RETRIES, COUNTERS_FILE, W_JUMPS, W_STACKS, Counters
-from .description import DESCRIPTION_FILE, read_description
+from .format.checkpoint import CHECKPOINT_FILE, CheckpointFile, CheckpointLayout
+from .format.counters import COMMIT_RETRIES, COUNTERS_FILE, W_JUMPS, W_STACKS, Counters
+from .format.description import DESCRIPTION_FILE, read_description
 from .errors import DiskReplayError, StoreLockedError
-from .fsutil import pread_all as _pread_all
-from .jumps import JUMP_STATES_FILE, JUMPS_FILE, jump_capacity
-from .framestack import STACK_RECORDS_FILE, STACK_STATES_FILE, STACK_TAIL_FILE, record_window, stack_spec, tail_rows
-from .layout import CREATING_MARKER, NS_FILE, check_is_store, state_spec
-from .lock import writer_alive
-from .npyfile import read_npy_header
-from .prioritized import PRIORITY_FILE, Priorities
-from .priorityargs import is_prioritized
-from .roworder import LAYOUT_KEY, SLOT_ORDER, states_order
-from .rowsums import ROWSUMS_FILE, batch_sums
+from .disk.fsutil import pread_all as _pread_all
+from .parts.jumps import JUMP_STATES_FILE, JUMPS_FILE, jump_capacity
+from .parts.stacks.ring import STACK_RECORDS_FILE, STACK_STATES_FILE, STACK_TAIL_FILE, record_window, stack_spec, tail_rows
+from .format.directory import CREATING_MARKER, NS_FILE, check_is_store
+from .parts.stacks.ring import state_spec
+from .format.lock import writer_alive
+from .disk.npyfile import read_npy_header
+from .parts.priorities.files import PRIORITY_FILE, Priorities
+from .parts.priorities.args import is_prioritized
+from .core.roworder import LAYOUT_KEY, SLOT_ORDER, states_order
+from .format.rowsums import ROWSUMS_FILE, batch_sums
 
 BLOCK_BYTES = 8 << 20
 

@@ -28,12 +28,13 @@ import time
 
 import numpy as np
 
-from . import ring, sumtree
+from .core import ring
+from .parts.priorities import tree as sumtree
 from .chrono import (BLOCK_BYTES, TOO_FAST, Block, ChronoReader, Snapshot, block_rows, require_fields as _require_fields,
                      snapshot)
 from .errors import EmptyStoreError, InvalidArgumentError, OvertakenError
-from .gather import cold_reads
-from .lock import writer_alive
+from .backends.gather import cold_reads
+from .format.lock import writer_alive
 from .store import DiskReplay
 
 CORE_KEYS = ("states", "actions", "rewards", "next_states", "dones")

@@ -64,7 +64,7 @@ the W3 memmap store's frames (scripts/bench_fio.py: random row reads at depth 32
 io_uring, buffered and direct; and buffered a batch of 64 at a time, as a cold batch must
 read), and gives W4 as a fraction of it (x_fio_buffered, x_fio_direct, x_fio_batch).
 W4 also runs a training loop with a simulated compute step (time.sleep) with and without
-diskreplay.prefetch.Prefetcher (the drop of the page cache is part of each sample call),
+diskreplay.core.prefetch.Prefetcher (the drop of the page cache is part of each sample call),
 and on the store's own batches(32, prefetch=2), which reads the next batch ahead: there the
 cache is dropped once before the loop, the bytes read per batch show the rows still come
 from the disk, and learner_wait_pct is what a step costs beyond its compute (a share of it).
@@ -795,7 +795,7 @@ def sample_rate(sample, b, spec):
 
 
 def run_cold_worker(system_name, spec, workdir, source="W3"):
-    from diskreplay.prefetch import Prefetcher
+    from diskreplay.core.prefetch import Prefetcher
 
     system = make_system(system_name)
     system.spec = spec

@@ -21,8 +21,9 @@ import time
 import numpy as np
 
 import bench  # scripts/, this script's directory, is on sys.path
-from diskreplay import DiskReplay, ring
-from diskreplay.rowreader import RowReader
+from diskreplay import DiskReplay
+from diskreplay.core import ring
+from diskreplay.disk.rowreader import RowReader
 
 
 def requests_for(buf, idxs):

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from diskreplay import DiskReplay, InvalidArgumentError, RecoveryWarning
-from diskreplay.schema import check_count
+from diskreplay.core.schema import check_count
 
 
 @pytest.mark.parametrize("value, expected", [(32, 32), (32.0, 32), (np.int16(7), 7), (1e6, 1_000_000)])

@@ -286,11 +286,11 @@ def test_verify_sound(store, run):
 def _data_offset(path, backend, field):
     if backend == "hdf5":
         from diskreplay.backends import get_backend
-        from diskreplay.description import read_description
+        from diskreplay.format.description import read_description
 
         desc = read_description(str(path))
         return path / "data.h5", get_backend("hdf5").dataset_offsets(str(path), desc["fields"], MAX_SIZE)[field]
-    from diskreplay.npyfile import read_npy_header
+    from diskreplay.disk.npyfile import read_npy_header
 
     return path / f"{field}.npy", read_npy_header(str(path / f"{field}.npy"))[2]
 

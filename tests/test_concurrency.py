@@ -131,7 +131,7 @@ def test_reader_of_a_dead_writers_store_checks_the_checkpoint_once_per_record(tm
 def test_dead_writer_view_follows_a_new_checkpoint_with_the_same_counters(tmp_path, backend, monkeypatch):
     """A flush rewrites the checkpoint without changing seen/intent/base/draws/resets; a
     reader that takes the writer for dead must not keep the view of the old checkpoint."""
-    import diskreplay.reader as reader_module
+    import diskreplay.session.reader as reader_module
 
     store = str(tmp_path / "s.replay")
     writer = DiskReplay.create(store, 37, backend=backend, fields=crash_fields())

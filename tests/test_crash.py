@@ -65,7 +65,7 @@ KILLED_BETWEEN_COMMIT_STORES = r"""
 import os, signal
 from crash_common import add_step, crash_fields
 from diskreplay import DiskReplay
-from diskreplay.counters import W_INTENT, W_SEEN
+from diskreplay.format.counters import W_INTENT, W_SEEN
 buf = DiskReplay.open({store!r})
 n = buf.num_envs
 for t in range(buf.seen_size + 1, buf.seen_size + 1 + 20 * n, n):

@@ -11,7 +11,7 @@ import pytest
 
 from diskreplay import DiskReplay, InvalidArgumentError, StoreClosedError
 from diskreplay.episodereader import EpisodeReader
-from diskreplay import ring
+from diskreplay.core import ring
 
 FIELDS = {"states": ((2,), "float32"), "actions": ((), "int64"), "rewards": ((), "float32"),
           "dones": ((), "bool"), "truncateds": ((), "bool"), "log_probs": ((3,), "float64")}

@@ -18,11 +18,13 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from diskreplay import DiskReplay, EmptyStoreError, InvalidArgumentError, OutputExistsError, ring
+from diskreplay import DiskReplay, EmptyStoreError, InvalidArgumentError, OutputExistsError
+
+from diskreplay.core import ring
 from diskreplay.chrono import ChronoReader
 from diskreplay.cli.main import main
 from diskreplay.export import export_store
-from diskreplay.export_d4rl import write_d4rl
+from diskreplay.export.d4rl import write_d4rl
 from diskreplay.views import snapshot
 
 FIELDS = {"states": ((2,), "float32"), "actions": ((), "int64"), "rewards": ((), "float32"),

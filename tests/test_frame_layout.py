@@ -18,7 +18,7 @@ from test_frame_stack import fill_stacked
 
 from diskreplay import DiskReplay
 from diskreplay.backends import BACKENDS
-from diskreplay.gather import Gatherer
+from diskreplay.backends.gather import Gatherer
 from diskreplay.verify import verify_store
 
 K = 4

@@ -483,7 +483,7 @@ class StackCommitPaths(RuleBasedStateMachine):
     def identical(self):
         from test_commit_paths import PER_WRITER_WORDS, store_bytes
 
-        from diskreplay.counters import NWORDS
+        from diskreplay.format.counters import NWORDS
         if self.tmp is None:
             return
         a, b = self.fast._session.counters.words, self.general._session.counters.words
@@ -546,7 +546,7 @@ def test_continuing_stacks_take_the_fast_add(tmp_path, num_envs):
 def test_cold_frames_read_by_positioned_reads(tmp_path, backend, monkeypatch):
     """Frames not in RAM (the residency probe says so) are read once per distinct slot by
     positioned reads; the stacks are the same."""
-    from diskreplay.gather import Gatherer
+    from diskreplay.backends.gather import Gatherer
 
     buf = DiskReplay.create(tmp_path / "s", 50, num_envs=3, frame_stack=4, seed=0, backend=backend)
     envs = Envs(3, 4, (64, 64), np.random.default_rng(2))

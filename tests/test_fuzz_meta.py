@@ -16,10 +16,10 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from diskreplay import DiskReplay, DiskReplayError
-from diskreplay.checkpoint import HEADER_BYTES, CheckpointFile, CheckpointLayout
-from diskreplay.counters import (COUNTERS_BYTES, MAGIC, NWORDS, W_CHECK, W_INTENT, W_KEY,
+from diskreplay.format.checkpoint import HEADER_BYTES, CheckpointFile, CheckpointLayout
+from diskreplay.format.counters import (COUNTERS_BYTES, MAGIC, NWORDS, W_CHECK, W_INTENT, W_KEY,
                                  W_MAGIC, W_SEEN, W_VERSION, Counters)
-from diskreplay.description import parse_description, read_description
+from diskreplay.format.description import parse_description, read_description
 from hostile_common import build_store, file_bytes, snapshot
 
 FUZZ = settings(max_examples=1000, deadline=None,

@@ -21,7 +21,7 @@ import diskreplay.errors as errors
 import hostile_child
 from diskreplay import DiskReplay, DiskReplayError
 from diskreplay.backends import BACKENDS
-from diskreplay.description import FORMAT_VERSION
+from diskreplay.format.description import FORMAT_VERSION
 from diskreplay.errors import (CorruptStoreError, EmptyStoreError, IncompleteStoreError,
                                IndexOutOfRangeError, InvalidArgumentError, NotAStoreError,
                                ReadOnlyError, RecoveryWarning, SchemaMismatchError, StoreExistsError,

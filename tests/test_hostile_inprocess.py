@@ -16,7 +16,7 @@ from diskreplay.cli.main import main as cli
 from diskreplay.errors import (CorruptStoreError, IndexOutOfRangeError, InvalidArgumentError,
                                StoreLockedError)
 from diskreplay.export import export_store
-from diskreplay.schema import RESERVED_NAMES
+from diskreplay.core.schema import RESERVED_NAMES
 from diskreplay.verify import verify_store
 
 FIELDS = {"states": ((3,), "float32"), "actions": ((), "int64"), "rewards": ((), "float32"),
@@ -52,8 +52,8 @@ def test_every_reserved_name_is_refused_at_create_and_at_the_first_add(tmp_path,
 
 
 def test_reserved_names_cover_the_store_files_and_cli_keys():
-    from diskreplay.layout import NS_FILE
-    from diskreplay.rowsums import ROWSUMS_FILE
+    from diskreplay.format.directory import NS_FILE
+    from diskreplay.format.rowsums import ROWSUMS_FILE
     for file in (NS_FILE, ROWSUMS_FILE):
         assert file[:-len(".npy")] in RESERVED_NAMES  # a memmap field <name>.npy would be that file
     assert {"next_states", "slots", "slot", "idxs"} <= set(RESERVED_NAMES)

@@ -19,7 +19,7 @@ import pytest
 
 from crash_common import add_step, crash_fields, store_problems
 
-import diskreplay.counters
+import diskreplay.format.counters
 from diskreplay import DiskReplay, DiskReplayError
 from diskreplay.backends import BACKENDS
 from diskreplay.errors import RecoveryWarning
@@ -152,7 +152,7 @@ def test_io_error_at_every_call(tmp_path, monkeypatch, backend, err, stage):
     in_create, total = count_calls(tmp_path, backend)
     assert in_create > 10 and total > in_create + 30
     calls = range(1, in_create + 1) if stage == "create" else range(in_create + 1, total + 1)
-    other_boot = diskreplay.counters.current_boot_id() ^ 0x77
+    other_boot = diskreplay.format.counters.current_boot_id() ^ 0x77
     failures, seen_calls = [], set()
     for n in calls:
         store = str(tmp_path / f"s{n}.replay")
@@ -195,7 +195,7 @@ def test_io_error_at_every_call(tmp_path, monkeypatch, backend, err, stage):
         failures += [f"{where}: same boot: {f}" for f in found]
         try:
             with monkeypatch.context() as mp:
-                mp.setattr(diskreplay.counters, "current_boot_id", lambda: other_boot)
+                mp.setattr(diskreplay.format.counters, "current_boot_id", lambda: other_boot)
                 found = _reopen_problems(copy, p.flushed, p.acked)
         except DiskReplayError as exc:
             found = [f"reopen after a power cut failed: {type(exc).__name__}: {exc}"]

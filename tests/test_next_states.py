@@ -18,7 +18,7 @@ import pytest
 
 import crash_common
 from diskreplay import CorruptStoreError, DiskReplay, SchemaMismatchError
-from diskreplay.counters import W_JUMPS
+from diskreplay.format.counters import W_JUMPS
 from diskreplay.verify import verify_store
 from format1_store import steps as format1_steps
 
@@ -188,7 +188,7 @@ import os, signal
 import numpy as np
 from crash_common import add_step, crash_fields
 from diskreplay import DiskReplay
-from diskreplay.counters import W_INTENT, W_SEEN
+from diskreplay.format.counters import W_INTENT, W_SEEN
 buf = DiskReplay.open({store!r})
 n = buf.num_envs
 for t in range(buf.seen_size + 1, buf.seen_size + 1 + 9 * n, n):

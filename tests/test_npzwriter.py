@@ -1,4 +1,4 @@
-"""diskreplay.npzwriter: an uncompressed .npz written by all members at once reads back as
+"""diskreplay.export.npz: an uncompressed .npz written by all members at once reads back as
 ``np.savez`` would have written it, CRCs and ZIP64 records included, also when fewer rows
 came than announced."""
 from __future__ import annotations
@@ -10,7 +10,7 @@ import zipfile
 import numpy as np
 import pytest
 
-from diskreplay.npzwriter import NpzWriter
+from diskreplay.export.npz import NpzWriter
 
 SPECS = {"states": ((2, 3), np.float32), "actions": ((), np.int64), "dones": ((), np.bool_),
          "wide": ((40,), np.float16)}

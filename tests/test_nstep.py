@@ -19,10 +19,10 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition,
 from model import ReplayModel
 from nstep_writer import FIELDS, WRITER, add_steps, step_args
 
-from diskreplay import (DiskReplay, InvalidArgumentError, NStepTooLargeError, RecoveryWarning, StoreClosedError,
-                        ring)
+from diskreplay import DiskReplay, InvalidArgumentError, NStepTooLargeError, RecoveryWarning, StoreClosedError
+from diskreplay.core import ring
 from diskreplay.backends import BACKENDS
-from diskreplay.nstep import max_n_step
+from diskreplay.core.nstep import max_n_step
 
 
 def nstep_fields(reward_dtype="float32", reward_shape=(), truncation=True) -> dict:
@@ -452,7 +452,7 @@ def test_a_writer_killed_mid_add_is_read_through_its_undo_rows(tmp_path, backend
 def test_large_frames_cold_or_cached(tmp_path, backend, monkeypatch, cold):
     """Frames of 16 KiB: n-step successors and last next states read by positioned reads
     when the probe finds them out of RAM, through the mapping otherwise; same rows."""
-    import diskreplay.gather as gather_module
+    import diskreplay.backends.gather as gather_module
 
     shape = (4, 64, 64)
     fields = {"states": (shape, "uint8"), "actions": ((), "int64"), "rewards": ((), "float32"),

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from diskreplay.outfile import PlacedRows, WriteBehind, create_placed, writes_raw
+from diskreplay.export.placed import PlacedRows, WriteBehind, create_placed, writes_raw
 
 import h5py  # noqa: E402
 
@@ -45,7 +45,7 @@ def test_placed_rows_then_a_shorter_dataset(tmp_path):
 
 
 def test_write_behind_asks_for_writeback_of_merged_ranges(tmp_path, monkeypatch):
-    import diskreplay.outfile as outfile
+    import diskreplay.export.placed as outfile
 
     advised = []
     monkeypatch.setattr(outfile, "KICK_BYTES", 100)
@@ -67,7 +67,7 @@ def test_write_behind_asks_for_writeback_of_merged_ranges(tmp_path, monkeypatch)
 def test_rows_apart_in_memory_are_gathered_into_place(tmp_path, monkeypatch):
     """Every third row of a block (one env's rows, say), large rows: written by pwritev
     without a copy, in pieces of at most IOV_MAX rows, across chunk edges."""
-    import diskreplay.outfile as outfile
+    import diskreplay.export.placed as outfile
 
     monkeypatch.setattr(outfile, "IOV_MAX", 4)
     path = str(tmp_path / "f.h5")
@@ -89,7 +89,7 @@ def test_small_writes_are_gathered_and_a_rewrite_lands_after_them(tmp_path, monk
     """Few-row writes to several regions (envs) become one write per region; a row written
     again while still gathered (a timeout set after the fact) first sends what was gathered
     around it, so it ends up with its last value."""
-    import diskreplay.outfile as outfile
+    import diskreplay.export.placed as outfile
 
     calls = []
     real = outfile.pwrite_all

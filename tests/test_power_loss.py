@@ -24,14 +24,14 @@ import pytest
 
 from crash_common import FRAME, add_step, crash_fields, store_problems
 
-import diskreplay.counters
-from diskreplay import flushing
+import diskreplay.format.counters
+from diskreplay.session import flushing
 from diskreplay import DiskReplay, DiskReplayError
 from diskreplay.backends import BACKENDS
 from diskreplay.backends.base import RowStorage
-from diskreplay.checkpoint import CheckpointFile
+from diskreplay.format.checkpoint import CheckpointFile
 from diskreplay.errors import RecoveryWarning
-from diskreplay.undocopy import UndoCopy
+from diskreplay.session.undocopy import UndoCopy
 
 PAGE = 4096
 IMAGES_PER_CRASH = 4
@@ -160,10 +160,10 @@ def run_workload(store: str, backend: str, num_envs: int, rng: random.Random, mo
 
 def check_images(rec: PowerLossRecorder, tmp_path, rng: random.Random, monkeypatch) -> tuple[int, list]:
     """Open every crash image after a simulated reboot; returns (images, violations)."""
-    other_boot = diskreplay.counters.current_boot_id() ^ 0x5A5A
+    other_boot = diskreplay.format.counters.current_boot_id() ^ 0x5A5A
     images, violations = 0, []
     with monkeypatch.context() as mp:
-        mp.setattr(diskreplay.counters, "current_boot_id", lambda: other_boot)
+        mp.setattr(diskreplay.format.counters, "current_boot_id", lambda: other_boot)
         for c, (durable, current, flushed, issued) in enumerate(rec.crashes):
             for i in range(IMAGES_PER_CRASH):
                 files = crash_image(durable, current, rng)

@@ -7,7 +7,7 @@ import pytest
 
 from diskreplay import DiskReplay
 from diskreplay.errors import InvalidArgumentError
-from diskreplay.prefetch import Prefetcher
+from diskreplay.core.prefetch import Prefetcher
 
 
 def test_prefetcher_gives_the_direct_batches_in_order(tmp_path):
@@ -94,7 +94,7 @@ FRAMES = {"states": ((4, 64, 64), "uint8"), "actions": ((), "int64"), "rewards":
 
 
 def test_peek_draws_what_the_next_draw_gives_and_moves_nothing():
-    from diskreplay.ring import Sampler
+    from diskreplay.core.ring import Sampler
 
     a, b = Sampler(11), Sampler(11)
     for size in (1, 7, 1000):
@@ -109,7 +109,7 @@ def test_batches_read_the_next_batch_ahead_on_the_cold_path_and_draw_the_same(tm
     """A cold store's batches() announces each batch's reads and then the next batch's
     (the sampler's next draw, peeked): the same batches, in the same order, as direct
     sample() calls on a twin store, and the sampler ends where those calls leave it."""
-    from diskreplay import gather
+    from diskreplay.backends import gather
 
     def build(name):
         rng = np.random.default_rng(0)
@@ -147,7 +147,7 @@ def test_batches_read_the_next_batch_ahead_on_the_cold_path_and_draw_the_same(tm
 
 
 def test_a_warm_store_reads_nothing_ahead(tmp_path, monkeypatch):
-    from diskreplay import gather
+    from diskreplay.backends import gather
 
     buf = DiskReplay.create(tmp_path / "w", 16, seed=1, fields=FRAMES)
     frame = np.zeros((4, 64, 64), np.uint8)

@@ -11,12 +11,12 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-import diskreplay.sumtree
+import diskreplay.parts.priorities.tree
 from diskreplay import DiskReplay
 from diskreplay.backends import BACKENDS
 from diskreplay.errors import (DiskReplayError, IndexOutOfRangeError, InvalidArgumentError, InvalidPriorityError,
                                NotPrioritizedError, ReadOnlyError)
-from diskreplay.sumtree import SumTree
+from diskreplay.parts.priorities.tree import SumTree
 from fields import cartpole_fields, step_values
 from prio_model import PriorityModel
 
@@ -319,8 +319,8 @@ class PrioritizedMachine(RuleBasedStateMachine):
     @initialize(num_envs=st.integers(1, 3), extra=st.integers(0, 30), backend=st.sampled_from(BACKENDS),
                 alpha=st.sampled_from([0.0, 0.6, 1.0]))
     def create(self, num_envs, extra, backend, alpha):
-        self.fanout = diskreplay.sumtree.FANOUT
-        diskreplay.sumtree.FANOUT = 4  # several levels even for small stores
+        self.fanout = diskreplay.parts.priorities.tree.FANOUT
+        diskreplay.parts.priorities.tree.FANOUT = 4  # several levels even for small stores
         self.tmp = tempfile.TemporaryDirectory()
         self.path = os.path.join(self.tmp.name, "s")
         max_size = num_envs + extra
@@ -422,7 +422,7 @@ class PrioritizedMachine(RuleBasedStateMachine):
             assert prio.max_p == pytest.approx(model.max_p, rel=1e-12)
 
     def teardown(self):
-        diskreplay.sumtree.FANOUT = self.fanout
+        diskreplay.parts.priorities.tree.FANOUT = self.fanout
         self.buf.close()
         self.tmp.cleanup()
 

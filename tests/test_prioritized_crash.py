@@ -14,12 +14,13 @@ import warnings
 import numpy as np
 import pytest
 
-import diskreplay.counters
-from diskreplay import DiskReplay, DiskReplayError, flushing
+import diskreplay.format.counters
+from diskreplay import DiskReplay, DiskReplayError
+from diskreplay.session import flushing
 from diskreplay.backends import BACKENDS
-from diskreplay.checkpoint import CheckpointFile
+from diskreplay.format.checkpoint import CheckpointFile
 from diskreplay.errors import RecoveryWarning
-from diskreplay.prioritized import Priorities
+from diskreplay.parts.priorities.files import Priorities
 from fields import cartpole_fields, step_values
 from prio_crash_child import prio_op
 from prio_model import PriorityModel
@@ -167,10 +168,10 @@ def run_prio_workload(store, backend, rng, monkeypatch, drop_snapshot=False):
 
 
 def check_prio_images(rec, tmp_path, rng, monkeypatch) -> tuple[int, list]:
-    other_boot = diskreplay.counters.current_boot_id() ^ 0x5A5A
+    other_boot = diskreplay.format.counters.current_boot_id() ^ 0x5A5A
     images, violations = 0, []
     with monkeypatch.context() as mp:
-        mp.setattr(diskreplay.counters, "current_boot_id", lambda: other_boot)
+        mp.setattr(diskreplay.format.counters, "current_boot_id", lambda: other_boot)
         for c, (durable, current, flushed, issued, flushed_p, pending) in enumerate(rec.crashes):
             for i in range(IMAGES_PER_CRASH):
                 d = tmp_path / f"image-{c}-{i}.replay"

@@ -9,8 +9,14 @@ import zlib
 import numpy as np
 import pytest
 
-from diskreplay import DiskReplay, StoreClosedError, _rows, fastadd, rowsums
-from diskreplay.counters import W_CHECK, W_INTENT, W_KEY, W_SEEN
+from diskreplay import DiskReplay, StoreClosedError
+
+from diskreplay.native import _rows
+
+from diskreplay.session import fastadd
+
+from diskreplay.format import rowsums
+from diskreplay.format.counters import W_CHECK, W_INTENT, W_KEY, W_SEEN
 
 FIELDS = {"states": ((3,), "float32"), "actions": ((), "int64"), "rewards": ((), "float32"), "dones": ((), "bool")}
 

@@ -7,11 +7,11 @@ import os
 import numpy as np
 import pytest
 
-import diskreplay.gather as gather_module
+import diskreplay.backends.gather as gather_module
 from diskreplay import DiskReplay
 from diskreplay.backends import BACKENDS
 from diskreplay.errors import InvalidArgumentError, StoreIOError
-from diskreplay.rowreader import PAGE, RowReader, _page_ranges, page_cached
+from diskreplay.disk.rowreader import PAGE, RowReader, _page_ranges, page_cached
 
 
 def _store_with_rows(tmp_path, backend, rows=64):
@@ -202,7 +202,7 @@ def test_cold_batches_read_small_fields_when_they_cannot_stay(tmp_path, monkeypa
 
 
 def test_cold_reads_names_what_stays_in_ram(monkeypatch):
-    import diskreplay.mapped as mapped_module
+    import diskreplay.disk.mapped as mapped_module
 
     atari = {"states": 28_224, "actions": 8, "rewards": 4, "dones": 1, "infos": 8_192}
     assert gather_module.cold_reads({"states": 16, "actions": 8}, 10 ** 6) == "through the mapping (small rows)"
@@ -222,7 +222,7 @@ def test_cold_reads_names_what_stays_in_ram(monkeypatch):
 
 
 def test_pinned_range_says_why_it_is_not_locked(tmp_path, monkeypatch):
-    import diskreplay.mapped as mapped_module
+    import diskreplay.disk.mapped as mapped_module
 
     path = tmp_path / "f"
     path.write_bytes(bytes(range(256)) * 64)

@@ -7,7 +7,7 @@ import zlib
 import numpy as np
 import pytest
 
-from diskreplay.rowsums import VECTOR_ROW_BYTES, batch_sums, row_sum
+from diskreplay.format.rowsums import VECTOR_ROW_BYTES, batch_sums, row_sum
 
 
 @pytest.mark.parametrize("widths", [[16, 8, 4, 1], [3], [1, 1, 1], [100, 200, 195], [VECTOR_ROW_BYTES - 8],

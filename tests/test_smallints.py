@@ -9,7 +9,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from diskreplay import DiskReplay, _scan, smallints
+from diskreplay import DiskReplay, smallints
+
+from diskreplay.native import _scan
 from diskreplay.stats import compute_stats, histograms
 
 DTYPES = ["uint8", "int8", "uint16", "int16", "bool"]

@@ -185,7 +185,7 @@ def test_stats_of_a_range_and_across_a_gap(tmp_path, backend):
 
 
 def test_episode_ends_rule():
-    from diskreplay.episodes import episode_ends
+    from diskreplay.core.episodes import episode_ends
     batch = {"dones": np.array([True, False, False, False]), "truncateds": np.array([False, True, False, False])}
     assert episode_ends(batch).tolist() == [True, True, False, False]
     assert episode_ends(batch, jumps=np.array([0, 0, 1, 0], bool)).tolist() == [True, True, True, False]

@@ -13,9 +13,9 @@ from diskreplay import (DiskReplay, DiskReplayError, EmptyStoreError, Incomplete
                         IndexOutOfRangeError, InvalidArgumentError, NotAStoreError, ReadOnlyError,
                         SchemaMismatchError, StoreClosedError, StoreExistsError, StoreIOError,
                         StoreNotFoundError)
-import diskreplay.gather as gather_module
+import diskreplay.backends.gather as gather_module
 from diskreplay.backends import BACKENDS
-from diskreplay.ring import next_state_sources
+from diskreplay.core.ring import next_state_sources
 from fields import cartpole_fields, step_values
 from model import ReplayModel
 

@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from diskreplay import sumtree
-from diskreplay.nativetree import BinarySumTree
-from diskreplay.sumtree import SumTree
+from diskreplay.parts.priorities import tree as sumtree
+from diskreplay.parts.priorities.native_tree import BinarySumTree
+from diskreplay.parts.priorities.tree import SumTree
 
 
 def test_stores_use_the_native_tree_unless_a_test_narrows_the_numpy_one(monkeypatch):

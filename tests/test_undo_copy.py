@@ -19,9 +19,13 @@ import pytest
 
 from crash_common import FRAME, add_step, crash_fields, store_problems
 
-from diskreplay import DiskReplay, DiskReplayError, RecoveryWarning, StoreIOError, crcjoin, flushing
-from diskreplay.checkpoint import HEADER_BYTES, CheckpointFile
-from diskreplay.undocopy import UndoCopy
+from diskreplay import DiskReplay, DiskReplayError, RecoveryWarning, StoreIOError
+
+from diskreplay.format import crcjoin
+
+from diskreplay.session import flushing
+from diskreplay.format.checkpoint import HEADER_BYTES, CheckpointFile
+from diskreplay.session.undocopy import UndoCopy
 
 
 @pytest.mark.parametrize("join", [crcjoin.join, crcjoin.join_python], ids=["as built", "python"])
@@ -50,7 +54,7 @@ def test_join_is_the_crc_of_the_concatenation(join):
 def test_the_built_join_is_in_use():
     """Where ``_rows`` is built, the flush joins in C (Python's join costs line events by the
     thousand: tests/test_interrupts.py injects at every one)."""
-    from diskreplay.rowsums import implementation
+    from diskreplay.format.rowsums import implementation
 
     if implementation() == "C":
         assert crcjoin.join is not crcjoin.join_python

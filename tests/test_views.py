@@ -14,7 +14,9 @@ import time
 import numpy as np
 import pytest
 
-from diskreplay import DiskReplay, DiskReplayError, EmptyStoreError, InvalidArgumentError, TornReadError, ring
+from diskreplay import DiskReplay, DiskReplayError, EmptyStoreError, InvalidArgumentError, TornReadError
+
+from diskreplay.core import ring
 from diskreplay.errors import OvertakenError
 from diskreplay.views import (BLOCK_BYTES, ChronoReader, Snapshot, batch_keys, block_rows, read_rows,
                               sample_batch, snapshot, store_info)
@@ -265,19 +267,20 @@ def test_batch_keys_and_block_rows(tmp_path):
 
 
 # ---------------------------------------------------------------- the public API only
-@pytest.mark.parametrize("name", ["views", "stats", "export", "export_d4rl", "export_minari"])
+@pytest.mark.parametrize("name", ["views", "stats", "export", "export.d4rl", "export.minari"])
 def test_library_views_read_no_private_attributes(name):
-    with open(importlib.import_module(f"diskreplay.{name}").__file__) as f:
+    path = importlib.import_module(f"diskreplay.{name}").__file__
+    with open(path) as f:
         tree = ast.parse(f.read())
     private = {node.attr for node in ast.walk(tree)
                if isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__")}
-    assert not private, f"diskreplay/{name}.py reads {sorted(private)}"
+    assert not private, f"{path} reads {sorted(private)}"
 
 
 def test_get_fields_reads_only_the_keys_named(tmp_path, backend):
     """``get(idxs, fields=...)``, chronological runs of slots and random ones: the same rows
     as a full ``get``; next states only when named."""
-    from diskreplay.gather import RUN_ROWS, slot_runs
+    from diskreplay.backends.gather import RUN_ROWS, slot_runs
 
     fields = {"states": ((2, 3), "float32"), "actions": ((), "int64"), "rewards": ((), "float32"),
               "dones": ((), "bool"), "truncateds": ((), "bool")}

@@ -2,8 +2,8 @@
 (file, offset). A backend knows files, shapes and dtypes; nothing about replay."""
 from __future__ import annotations
 
-from ..mapped import MappedFile
-from ..roworder import SLOT_ORDER, SlotOrder
+from ..disk.mapped import MappedFile
+from ..core.roworder import SLOT_ORDER, SlotOrder
 
 
 class RowStorage:

@@ -14,8 +14,8 @@ import re
 import numpy as np
 
 from ..errors import CorruptStoreError, StoreLockedError
-from ..fsutil import io_error, preallocate_file
-from ..mapped import MappedFile
+from ..disk.fsutil import io_error, preallocate_file
+from ..disk.mapped import MappedFile
 from .base import Backend, RowStorage
 
 DATA_FILE = "data.h5"

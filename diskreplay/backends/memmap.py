@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import os
 
-from ..npyfile import create_npy, open_npy
+from ..disk.npyfile import create_npy, open_npy
 from .base import Backend, RowStorage
 
 

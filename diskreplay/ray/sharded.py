@@ -19,8 +19,8 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from ..errors import (DuplicateShardError, EmptyStoreError, InvalidArgumentError, ShardMismatchError,
                       ShardUnavailableError, ShardUnavailableWarning, StoreClosedError, UnknownNodeError)
-from ..prefetch import Prefetcher
-from ..schema import check_count
+from ..core.prefetch import Prefetcher
+from ..core.schema import check_count
 from .shard import shard_actor
 from .split import chunk_counts, split_batch
 

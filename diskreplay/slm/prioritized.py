@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import InvalidArgumentError, MemorySpecError, StoreMismatchError
-from ..priorityargs import check_priorities, settings_keys
+from ..parts.priorities.args import check_priorities, settings_keys
 from .arguments import batch_count
 from .memory import DiskReplay, DiskReplayV4, DiskReplayV5, interface_for
 from .spec import MemorySpec

@@ -27,9 +27,9 @@ import numpy as np
 import pytest
 
 from diskreplay.backends import BACKENDS, Backend, RowStorage, get_backend
-from diskreplay.description import FORMAT_VERSION
+from diskreplay.format.description import FORMAT_VERSION
 from diskreplay.errors import CorruptStoreError
-from diskreplay.schema import FieldSpec
+from diskreplay.core.schema import FieldSpec
 
 MAX_SIZE = 13  # odd, so no row offset is a round number by chance
 

@@ -25,7 +25,9 @@ import time
 
 from crash_common import FRAME, add_step, crash_fields
 
-from diskreplay import DiskReplay, flushing
+from diskreplay import DiskReplay
+
+from diskreplay.session import flushing
 from diskreplay.errors import IncompleteStoreError, StoreNotFoundError
 
 

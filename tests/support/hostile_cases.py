@@ -17,7 +17,7 @@ from typing import Callable
 
 import numpy as np
 
-from diskreplay.counters import (W_BASE, W_BOOT, W_CHECK, W_CLEAN, W_DRAWS, W_INTENT, W_KEY, W_MAGIC,
+from diskreplay.format.counters import (W_BASE, W_BOOT, W_CHECK, W_CLEAN, W_DRAWS, W_INTENT, W_KEY, W_MAGIC,
                                  W_RESETS, W_SEEN, W_VERSION)
 
 CORRUPT = frozenset({"CorruptStoreError"})

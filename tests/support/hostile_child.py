@@ -34,7 +34,7 @@ import numpy as np
 from hostile_common import FIELDS, digest, snapshot
 
 import diskreplay
-import diskreplay.writer as writer_mod
+import diskreplay.session.writer as writer_mod
 from diskreplay import DiskReplay
 from diskreplay.errors import DiskReplayError
 

@@ -50,7 +50,7 @@ def main() -> None:
     p.add_argument("--duration", type=float, default=3600.0)
     p.add_argument("--die-mid-add", action="store_true")
     args = p.parse_args()
-    import diskreplay.writer as writer
+    import diskreplay.session.writer as writer
     from diskreplay import DiskReplay
 
     buf = DiskReplay.open(args.store)

@@ -22,7 +22,9 @@ import warnings
 
 import numpy as np
 
-from diskreplay import DiskReplay, RecoveryWarning, flushing
+from diskreplay import DiskReplay, RecoveryWarning
+
+from diskreplay.session import flushing
 from interrupt_common import PATHS, add_step, check_whole, create
 
 

@@ -1,0 +1,444 @@
+"""The writer session (mode ``r+``): creating a store, recovering it at open, adding,
+flushing and resetting. One writer at a time, held by the ``lock`` file.
+
+Write protocol of one ``add`` (one env step of ``num_envs`` transitions), as FORMAT.md
+gives it and ``counters.begin_step`` / ``counters.commit_step`` perform it:
+
+1. mark the step in flight (``intent``) in the live counters;
+2. write its rows in place in the ring and its next states into the ``ns_buffer``
+   area of its parity (the previous step's area stays intact);
+3. commit by storing ``seen_size`` (and its check word).
+
+A process crash between 1 and 3 leaves rows half-written in slots that held older
+transitions; those are restored from the undo reserve of the last checkpoint, which
+always covers them because an add that would overwrite a row without an undo copy
+flushes first. ``flush()`` syncs every data file, then writes a new checkpoint
+(counters, ``ns_buffer`` and undo copies of the rows the next adds will overwrite).
+
+The two fast adds (``fastadd.py``, chosen by ``bind_add``) perform the same three steps
+inline, because a call per step would cost a measurable share of an add;
+``tests/test_commit_paths.py`` proves them byte-identical to the general path.
+Flushing and checkpoint writing live in ``flushing.py`` (``Flushing``, a part of ``Writer``).
+"""
+from __future__ import annotations
+
+import os
+import secrets
+import sys
+
+import numpy as np
+
+from ..core import ring
+from ..backends import BACKENDS, get_backend
+from ..format.counters import (W_CHECK, W_CLEAN, W_DRAWS, W_INTENT, W_JUMPS, W_KEY, W_PID, W_SEEN, W_STACKS, Counters,
+                       begin_step, commit_step, create_counters, record_jumps, record_stacks)
+from ..format.description import JUMPS_VERSION, new_description, read_description, write_description
+from ..errors import (DiskReplayError, ReadOnlyError, ReentrantCallError, SchemaMismatchError, StoreClosedError,
+                     StoreIOError)
+from .fastadd import fast_add, fast_stack_add, fast_stack_vector_add, fast_vector_add
+from .flushing import Flushing, initial_checkpoint
+from ..parts.stacks.ring import frame_spec, overlaps
+from ..disk.fsutil import io_error
+from ..parts.jumps import create_jump_files, jump_capacity, rows_differ
+from ..format.directory import (finish_creating, lock_exists, mark_creating, prepare_directory, remove_store_files,
+                                undo_create)
+from ..parts.stacks.ring import state_spec
+from .files import OWN_NAMES, create_data_files, remove_data_files, reserve_rows_for
+from ..format.lock import WriterLock
+from ..parts.priorities.args import is_prioritized
+from ..format.recovery import recover_for_writer, restore_rows
+from ..core.schema import CORE_FIELDS, FieldSpec, check_row_sizes, coerce, infer_fields
+from .base import Session
+
+
+class Writer(Flushing, Session):
+    """The writable session. ``live`` is False once closed or after a failed sync: the
+    fast adds check it on every call, so a reference someone kept never writes then."""
+
+    mode = "r+"
+    writable = True
+
+    # ------------------------------------------------------------------ create and open
+    @classmethod
+    def create(cls, path: str, *, max_size: int, num_envs: int, backend: str, batch_size: int,
+               use_cer: bool, entropy: int, specs: dict | None, overwrite: bool,
+               flush_every: int | None, priority_keys: dict | None = None,
+               frame_stack: int | None = None) -> "Writer":
+        """Make the store's files (arguments already checked; with ``frame_stack``, ``specs``
+        holds one frame as ``states``) and open it for writing."""
+        backend_impl = get_backend(backend)
+        directory = os.path.abspath(path)
+        made_dir = prepare_directory(directory, overwrite, OWN_NAMES)
+        lock_existed = lock_exists(directory)
+        try:
+            lock = WriterLock(directory)
+        except BaseException:
+            undo_create(directory, made_dir, lock_existed=True)
+            raise
+        try:
+            mark_creating(directory)
+            remove_store_files(directory, keep_marker=True, extra=OWN_NAMES)
+            reserve = None
+            if specs is not None:
+                reserve = reserve_rows_for(specs, num_envs, max_size, flush_every)
+                create_data_files(directory, backend_impl, specs, max_size, num_envs, reserve,
+                                  initial_checkpoint(specs, num_envs, state_spec(specs, frame_stack)),
+                                  bool(priority_keys), frame_stack)
+            create_counters(directory)
+            write_description(directory, {**new_description(
+                backend=backend, max_size=max_size, num_envs=num_envs, batch_size=batch_size,
+                use_cer=use_cer, fields=specs, entropy=entropy, reserve_rows=reserve,
+                flush_every=flush_every, frame_stack=frame_stack), **(priority_keys or {})})
+            finish_creating(directory)
+        except BaseException as exc:
+            remove_store_files(directory, extra=OWN_NAMES)
+            lock.release()
+            undo_create(directory, made_dir, lock_existed)
+            if isinstance(exc, OSError) and not isinstance(exc, DiskReplayError):
+                raise io_error(f"creating the store at {directory}", exc) from exc
+            raise
+        return cls(path, lock=lock)
+
+    def _open_state(self) -> None:
+        self.live = False
+        self.failed: BaseException | None = None
+        if self.lock is None:
+            if not os.access(self.directory, os.W_OK):
+                raise ReadOnlyError(
+                    f"{self.path} cannot be opened for writing: no write permission on the directory "
+                    "(or a read-only filesystem); open it with mode='r' to read it")
+            self.lock = WriterLock(self.directory)
+        self.counters = Counters(self.directory, True)
+        self.views = {}  # views the fast adds hold (made read-only with the arrays at close)
+        if self.desc["format_version"] < JUMPS_VERSION:
+            self._upgrade()
+        if self.fields is not None:
+            self._map_data()
+        result = recover_for_writer(self.path, self.counters, self.data, self.fields, self.num_envs,
+                                    self.max_size, self.reserve_rows)
+        s = result.state
+        self.seen, self.base, self.draws, self.resets = s.seen, s.base, s.draws, s.resets
+        self.jcount = result.jumps
+        self.scount = result.stacks
+        self.overlap = None  # frame stacks: which envs' last step advanced by one frame (None: unknown)
+        self.checkpoint = result.checkpoint
+        self.recovery_note = result.note
+        if self.prio is not None:
+            self.prio.recover(self.seen, self.base, self.checkpoint.generation, result.from_checkpoint)
+        self.sampler = ring.Sampler(self.desc["seed_entropy"], self.draws)
+        self.counters.claim(os.getpid(), secrets.randbits(62))
+        self.counters.sync()
+        self.words = self.counters.words
+        self.key = int(self.words[W_KEY])
+        self._set_flush_limit()
+        self.live = True
+
+    def _upgrade(self) -> None:
+        """A format 1 store (no jump ring) becomes format 2: its jump files are made, then
+        ``store.json`` says 2 (the commit point; a crash before it makes them again).
+        Transitions added before have the next states format 1 gave them."""
+        if self.fields is not None:
+            create_jump_files(self.directory, self.fields["states"], jump_capacity(self.max_size, self.reserve_rows))
+        desc = dict(self.desc)
+        desc["format_version"] = JUMPS_VERSION
+        desc["fields"] = None if self.fields is None else {n: f.to_json() for n, f in self.fields.items()}
+        desc["seed_entropy"] = str(desc["seed_entropy"])
+        write_description(self.directory, desc)
+        self._read_description()
+
+    def state(self) -> ring.RingState:
+        return ring.RingState(self.seen, self.base, self.sampler.draws, self.resets)
+
+    # ------------------------------------------------------------------ adding
+    def add(self, state, action, reward, next_state, done, extra: dict) -> None:
+        """The general add: any input the schema accepts, materialising the fields first
+        on a store created without them. Every value is checked and converted before the
+        first row is written; an exception at any point settles the step (``settle``)."""
+        with self.mutex:
+            self._enter("add")
+            try:
+                self.busy = sys._getframe()
+                if self.fields is None:
+                    self._materialize(state, action, reward, next_state, done, extra)
+                self._write_step(self._coerced_values(state, action, reward, next_state, done, extra))
+            except BaseException:
+                self.settle()
+                raise
+            finally:
+                self.busy = None
+
+    def _enter(self, what: str) -> None:
+        """Start a writing operation: refuse it in a closed or failed writer, or nested in
+        another one of this thread (a signal handler); then settle any step left in flight."""
+        if self._nested():
+            raise ReentrantCallError(
+                f"cannot {what}: an add, flush or reset of {self.path} is running in this thread "
+                "(this call comes from a signal handler?); only close() may be called there")
+        if not self.live:
+            raise self.refusal(what)
+        self.settle()
+
+    def _nested(self) -> bool:
+        """Whether this call runs inside an add, flush or reset of this thread (the mutex
+        keeps other threads out), i.e. in a signal handler. ``busy`` is that operation's
+        frame; one left set by an exception at the line that clears it is stale."""
+        owner = self.busy
+        if owner is None:
+            return False
+        frame = sys._getframe(2)
+        while frame is not None:
+            if frame is owner:
+                return True
+            frame = frame.f_back
+        self.busy = None
+        return False
+
+    def _enter_read(self) -> None:
+        if self._nested():
+            raise ReentrantCallError(
+                f"cannot read {self.path} while one of its adds, flushes or resets is running in this "
+                "thread (a call from a signal handler?): the rows are half-written; only close() may be called there")
+        self._check_open()
+        self.settle()
+
+    def _write_step(self, values: list) -> None:
+        """Write one validated step (values in field order, next states last) and commit it.
+        Where its states differ from the next states the previous step gave for the same
+        env, that previous transition's next state goes to the jump ring (``jumps.py``)."""
+        n = self.num_envs
+        seen = self.seen
+        t_end = seen + n
+        previous = self.data.ns[(seen // n) & 1]  # the other parity's area: this step leaves it intact
+        jumped = rows_differ(values[0], previous) if seen > self.base else np.zeros(n, bool)
+        new = int(jumped.sum())
+        stacks = self.data.stacks
+        if stacks is not None:  # bases: states that do not continue their env's previous state
+            overlap, self.overlap = self.overlap, None  # unknown until this step commits
+            bases = jumped | (~overlap if overlap is not None and seen > self.base else True)
+        if t_end > self.flush_before or self.jcount + new > self.jump_limit or (
+                stacks is not None and self.scount + int(bases.sum()) > self.stack_limit):
+            self._flush_now()
+        elif t_end > self.early_at:
+            self._work_early()
+        if self.closed:  # a signal handler closed the store during the flush or early work, and returned
+            raise self.refusal("add")
+        words = self.words
+        begin_step(words, t_end)
+        start, fit = ring.step_slots(seen, self.base, self.max_size, n)
+        if stacks is not None:
+            state = values[0]
+            stacks.save_tail(self.arrays[0], seen, self.base)  # the frames this step overwrites
+            values = [state[:, -1]] + values[1:]
+        storage = self.data.storage
+        for name, arr, value in zip(self.fields, self.arrays, values):
+            order = storage.order(name)  # a frame-stack store's frames may lie env-major (roworder.py)
+            arr[order.span(start, fit)] = value[:fit]
+            if fit < n:  # the step wraps around the ring end
+                arr[order.span(0, n - fit)] = value[fit:]
+        count = self.jcount
+        if new:
+            try:
+                count = self.data.jumps.append(count, seen - n + 1 + np.flatnonzero(jumped), previous[jumped])
+            except DiskReplayError as exc:  # a write error (EIO, a full disk): as after a failed sync,
+                self.settle()               # the disk may not hold what we think; refuse writes until reopened
+                self._fail(exc)
+                raise
+            record_jumps(words, count)
+        scount = self.scount
+        if stacks is not None and bases.any():
+            try:
+                scount = stacks.append(scount, seen + 1 + np.flatnonzero(bases), state[bases])
+            except DiskReplayError as exc:
+                self.settle()
+                self._fail(exc)
+                raise
+            record_stacks(words, scount)
+        self.data.ns[(t_end // n) & 1] = values[-1]
+        commit_step(words, t_end, self.key)
+        self.jcount = count  # before seen: settle() takes an in-memory seen behind intent as stale
+        self.scount = scount
+        self.seen = t_end
+        if stacks is not None:
+            self.overlap = overlaps(state, values[-1])
+
+    def settle(self) -> None:
+        """Finish a step an exception left in flight (``intent`` ahead of ``seen``): keep it
+        if its commit completed (the check word vouches for it), else put back the rows it
+        was overwriting from the undo reserve (the add then never happened). Idempotent;
+        every operation calls it first, so a torn row is never read, flushed or closed over."""
+        words = getattr(self, "words", None)
+        if words is None or self.data is None:
+            return
+        intent = int(words[W_INTENT])
+        if intent == self.seen:
+            return
+        self.overlap = None  # the next step starts its stacks afresh (bases)
+        if int(words[W_CHECK]) ^ self.key == intent:
+            self.jcount = int(words[W_JUMPS])  # committed; only the in-memory counters were behind
+            self.scount = int(words[W_STACKS])
+            self.seen = intent
+            return
+        restore_rows(self.data.storage, self.data.ckfile, self.checkpoint, self.seen, intent,
+                     self.base, self.max_size)
+        words[W_JUMPS] = self.jcount  # back to the state before the step, as recovery would make it
+        words[W_STACKS] = self.scount
+        words[W_SEEN] = self.seen
+        words[W_INTENT] = self.seen
+
+    def _coerced_values(self, state, action, reward, next_state, done, extra) -> list:
+        missing = [name for name in self.extra_names if name not in extra]
+        unknown = sorted(set(extra) - set(self.extra_names))
+        if missing or unknown:
+            parts = []
+            if missing:
+                parts.append(f"missing extra field(s) {', '.join(missing)}")
+            if unknown:
+                parts.append(f"unknown field(s) {', '.join(unknown)}")
+            raise SchemaMismatchError(
+                f"add: {'; '.join(parts)}; the store's fields are {', '.join(self.fields)}")
+        given = {"states": state, "actions": action, "rewards": reward, "dones": done, **extra}
+        n = self.num_envs
+        specs = {**self.fields, "states": self.state_spec}
+        values = [coerce(spec, given[name], n) for name, spec in specs.items()]
+        values.append(coerce(_next_states_spec(specs), next_state, n))
+        if n == 1:
+            values = [v[np.newaxis] for v in values]
+        return values
+
+    def _materialize(self, state, action, reward, next_state, done, extra) -> None:
+        """First add of a store created without ``fields``: infer them and create the data files."""
+        given = {"states": state, "actions": action, "rewards": reward, "dones": done, **extra}
+        specs = infer_fields(given, self.num_envs)
+        check_row_sizes(specs)
+        coerce(_next_states_spec(specs), next_state, self.num_envs)  # refuse a bad next state first
+        k = self.frame_stack
+        if k:  # stored as one frame per row (framestack.py)
+            specs = {**specs, "states": frame_spec(specs["states"], k, SchemaMismatchError)}
+        reserve = reserve_rows_for(specs, self.num_envs, self.max_size, self.desc["flush_every"])
+        backend = get_backend(self.desc["backend"])
+        try:
+            create_data_files(self.directory, backend, specs, self.max_size, self.num_envs, reserve,
+                              initial_checkpoint(specs, self.num_envs, state_spec(specs, k)), is_prioritized(self.desc),
+                              k)
+            desc = dict(self.desc)
+            desc["fields"] = {n: s.to_json() for n, s in specs.items()}
+            desc["reserve_rows"] = reserve
+            desc["seed_entropy"] = str(desc["seed_entropy"])
+            write_description(self.directory, desc)  # the commit point: the store now has fields
+        except BaseException as exc:
+            if read_description(self.directory, BACKENDS)["fields"] is None:
+                remove_data_files(self.directory, backend, specs, is_prioritized(self.desc), k)
+            else:  # interrupted after the commit point: the files are the store's now
+                self._fail(exc)
+            if isinstance(exc, OSError) and not isinstance(exc, DiskReplayError):
+                raise io_error(f"creating the data files of {self.path}", exc) from exc
+            raise
+        try:
+            self._read_description()
+            self._map_data()
+            self.checkpoint = self.data.ckfile.newest()
+            if self.prio is not None:
+                self.prio.recover(self.seen, self.base, self.checkpoint.generation, False)
+            self._set_flush_limit()
+        except BaseException as exc:
+            self._fail(exc)  # half-opened: refuse writes; reopening opens the store as written
+            raise
+
+    def _map_data(self) -> None:
+        super()._map_data()
+        self.arrays = [self.data.storage.arrays[name] for name in self.fields]
+        self.extra_names = tuple(name for name in self.fields if name not in CORE_FIELDS)
+
+    # ------------------------------------------------------------------ the fast adds
+    def bind_add(self):
+        """The fastest safe ``add`` for the store as it is now, or None for the general one:
+        a closure over locals is the cheapest Python can do per call."""
+        if not self.live or self.fields is None:
+            return None
+        if self.frame_stack:
+            return fast_stack_add(self) if self.num_envs == 1 else fast_stack_vector_add(self)
+        return fast_add(self) if self.num_envs == 1 else fast_vector_add(self)
+
+    # ------------------------------------------------------------------ reset and adopt
+    def reset(self) -> None:
+        """Empty the ring (``seen_size`` keeps counting), durably. An exception part-way
+        leaves the ring as it was before the call (or, once the reset is flushed, empty)."""
+        with self.mutex:
+            self._enter("reset")
+            try:
+                self.busy = sys._getframe()
+                self._reset()
+            finally:
+                self.busy = None
+
+    def _reset(self) -> None:
+        if self.fields is not None:
+            self._flush_now()
+        old_base, old_resets = self.base, self.resets
+        try:
+            self.counters.commit_state(self.seen, self.seen, self.sampler.draws, old_resets + 1)
+            self.base, self.resets = self.seen, old_resets + 1
+            if self.fields is not None:
+                self._flush_now()
+            else:
+                self.counters.sync()
+        except BaseException:
+            if self.live and (self.checkpoint is None or self.checkpoint.base != self.seen):
+                # not durable yet: undo it, so memory, counters and checkpoint agree
+                self.counters.commit_state(self.seen, old_base, self.sampler.draws, old_resets)
+                self.base, self.resets = old_base, old_resets
+                if self.prio is not None and self.fields is not None:  # its flush ran: a checkpoint exists
+                    self.prio.undo_reset(self.checkpoint.generation)
+                self._set_flush_limit()
+            raise
+
+    def adopt(self, state: ring.RingState, ns_rows: np.ndarray | None, jumps: int = 0, stacks: int = 0) -> None:
+        """Take over the counters, sampler position and ``ns_buffer`` of another store whose
+        rows were copied into this one slot for slot (``convert``), and the ``jumps``
+        records it wrote into the jump ring (and ``stacks`` into the stack ring), then flush."""
+        if ns_rows is not None:
+            self.data.ns[(state.seen // self.num_envs) % 2] = ns_rows
+        self.counters.commit_state(state.seen, state.base, state.draws, state.resets, jumps,
+                                   stacks if self.frame_stack else None)
+        self.seen, self.base, self.resets, self.jcount = state.seen, state.base, state.resets, jumps
+        self.scount = stacks
+        self.sampler = ring.Sampler(self.desc["seed_entropy"], state.draws)
+        self._set_flush_limit()
+        self.flush()
+
+    def _drew(self) -> None:
+        self.words[W_DRAWS] = self.sampler.draws
+
+    # ------------------------------------------------------------------ closing
+    def refusal(self, what: str) -> DiskReplayError:
+        if self.closed:
+            return StoreClosedError(f"cannot {what}: {self.path} is closed")
+        return StoreIOError(f"cannot {what}: an earlier sync of {self.path} failed ({self.failed}); "
+                            "the store refuses writes until it is reopened")
+
+    def _before_close(self) -> None:
+        if self.live:
+            self.settle()
+            self._flush_now()
+            self.words[W_CLEAN] = 1
+            self.words[W_PID] = 0
+            self.counters.sync()
+
+    def _release(self) -> None:
+        self.live = False  # held references to the fast add must not store into the files
+        if self.early is not None:  # no early work job touches the files once they close
+            self.early.stop()
+            self.early = None
+        # An add interrupted by a signal handler that closed the store resumes after the
+        # handler returns: read-only views make its remaining stores raise, not write.
+        held = list(getattr(self, "arrays", [])) + list(getattr(self, "views", {}).values())
+        for arr in held + [getattr(self.data, "ns", None), getattr(self, "words", None)]:
+            if arr is not None:
+                arr.flags.writeable = False
+        self.arrays = []
+        self.words = None
+        super()._release()
+
+
+def _next_states_spec(specs: dict) -> FieldSpec:
+    return FieldSpec("next_states", specs["states"].shape, specs["states"].dtype)
