@@ -39,8 +39,9 @@ from .format.counters import COMMIT_RETRIES, COUNTERS_FILE, W_JUMPS, W_STACKS, C
 from .format.description import DESCRIPTION_FILE, read_description
 from .errors import DiskReplayError, StoreLockedError
 from .disk.fsutil import pread_all as _pread_all
-from .parts.jumps import JUMP_STATES_FILE, JUMPS_FILE, jump_capacity
-from .parts.stacks.ring import STACK_RECORDS_FILE, STACK_STATES_FILE, STACK_TAIL_FILE, record_window, stack_spec, tail_rows
+from .parts import Geometry
+from .parts.jumps import JUMPS_FILE, Jumps, jump_capacity
+from .parts.stacks.ring import STACK_RECORDS_FILE, Stacks, record_window
 from .format.directory import CREATING_MARKER, NS_FILE, check_is_store
 from .parts.stacks.ring import state_spec
 from .format.lock import writer_alive
@@ -215,11 +216,10 @@ def _check_priorities(directory: str, desc: dict, seen: int, base: int, report: 
 def _check_jumps(directory: str, desc: dict, seen: int | None, jumps: int | None, report) -> np.ndarray | None:
     """The jump ring's files, and the records lookups search (``jumps.py``): returns those
     records (transitions) when they are sound."""
-    states, max_size = state_spec(desc["fields"], desc.get("frame_stack")), desc["max_size"]
+    max_size = desc["max_size"]
     capacity = jump_capacity(max_size, desc["reserve_rows"])
     records = os.path.join(directory, JUMPS_FILE)
-    offset = _check_npy(records, (capacity,), np.dtype(np.int64), report)
-    _check_npy(os.path.join(directory, JUMP_STATES_FILE), (capacity,) + states.shape, states.dtype, report)
+    offset = _check_part_files(directory, desc, Jumps, report)[JUMPS_FILE]
     if offset is None or seen is None:
         return None
     ks = np.arange(max(0, jumps - max_size), jumps, dtype=np.int64)
@@ -251,14 +251,15 @@ def _word(directory: str, index: int) -> int:
 def _check_stacks(directory: str, desc: dict, report: VerifyReport) -> int | None:
     """A frame-stack store's stack files (``framestack.py``): headers and sizes; returns
     where the records of ``stack_records.npy`` start, if its header is sound."""
-    frame, k, n, reserve = desc["fields"]["states"], desc["frame_stack"], desc["num_envs"], desc["reserve_rows"]
-    capacity = record_window(desc["max_size"], n, k) + reserve
-    offset = _check_npy(os.path.join(directory, STACK_RECORDS_FILE), (capacity,), np.dtype(np.int64), report)
-    _check_npy(os.path.join(directory, STACK_STATES_FILE), (capacity,) + stack_spec(frame, k).shape, frame.dtype,
-               report)
-    _check_npy(os.path.join(directory, STACK_TAIL_FILE), (tail_rows(n, k, reserve),) + frame.shape, frame.dtype,
-               report)
-    return offset
+    return _check_part_files(directory, desc, Stacks, report)[STACK_RECORDS_FILE]
+
+
+def _check_part_files(directory: str, desc: dict, part, report: VerifyReport) -> dict:
+    """Headers and sizes of a part's ``.npy`` files, as the part declares them: each file's
+    data offset, or None where it is unsound (reported)."""
+    g = Geometry.of(desc, is_prioritized(desc))
+    return {name: _check_npy(os.path.join(directory, name), shape, dtype, report)
+            for name, (shape, dtype) in part.npy_files(g).items()}
 
 
 def _check_stack_bases(directory: str, desc: dict, seen: int, base: int, stacks: int, offset: int,

@@ -38,6 +38,9 @@ from ..disk.fsutil import close_fd, io_error, pwrite_all
 from ..disk.rowreader import will_need
 from ..disk.npyfile import create_npy, expected_npy_bytes, open_npy, read_npy_header, write_npy_header
 from ..core.schema import FieldSpec
+from ..format.counters import W_JUMPS
+from ..format.description import JUMPS_VERSION
+from .base import Geometry, Part, npy_bytes
 
 JUMPS_FILE = "jumps.npy"
 JUMP_STATES_FILE = "jump_states.npy"
@@ -226,6 +229,10 @@ class JumpRing:
             self.records[k] = t
         return count + len(rows)
 
+    @property
+    def mapped_files(self) -> list:
+        return [self.file] if self.file is not None else []
+
     def sync(self) -> None:
         self.file.sync()
         try:
@@ -241,5 +248,40 @@ class JumpRing:
         self.fd = close_fd(self.fd)
 
 
-__all__ = ["JUMPS_FILE", "JUMP_STATES_FILE", "JumpRing", "memcmp", "same_bytes", "create_jump_files", "jump_capacity",
+class Jumps(Part):
+    """The jump ring as a part: every store of format 2 on has it."""
+    name = "jumps"
+    names = (JUMPS_FILE, JUMP_STATES_FILE)
+    word = W_JUMPS
+    header = "jumps"
+
+    @classmethod
+    def wanted(cls, g: Geometry) -> bool:
+        return g.format_version is None or g.format_version >= JUMPS_VERSION
+
+    @classmethod
+    def files(cls, g: Geometry) -> list[str]:
+        return list(cls.names)
+
+    @classmethod
+    def npy_files(cls, g: Geometry) -> dict:
+        capacity = jump_capacity(g.max_size, g.reserve_rows)
+        return {JUMPS_FILE: ((capacity,), np.dtype(np.int64)),
+                JUMP_STATES_FILE: ((capacity,) + g.states.shape, g.states.dtype)}
+
+    @classmethod
+    def bytes_needed(cls, g: Geometry) -> int:
+        # jump_states.npy is sparse, but a run that jumps often writes every row of it
+        return sum(npy_bytes(shape, dtype) for shape, dtype in cls.npy_files(g).values())
+
+    @classmethod
+    def create(cls, directory: str, g: Geometry) -> None:
+        create_jump_files(directory, g.states, jump_capacity(g.max_size, g.reserve_rows))
+
+    @classmethod
+    def open(cls, directory: str, g: Geometry, writable: bool, storage=None) -> JumpRing:
+        return JumpRing(directory, g.states, g.max_size, g.reserve_rows, writable)
+
+
+__all__ = ["Jumps", "JUMPS_FILE", "JUMP_STATES_FILE", "JumpRing", "memcmp", "same_bytes", "create_jump_files", "jump_capacity",
            "rows_differ"]

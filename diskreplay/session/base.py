@@ -27,7 +27,8 @@ from .files import DataFiles
 from ..format.lock import WriterLock
 from ..core.nstep import nstep_batch
 from ..parts.priorities.files import Priorities, open_priorities
-from ..parts.priorities.args import check_priorities
+from ..parts import Geometry
+from ..parts.priorities.args import check_priorities, is_prioritized
 from ..format.rowsums import torn_slots
 from ..core.schema import FieldSpec
 from ..parts.stacks.decode import StackBatches
@@ -86,9 +87,7 @@ class Session:
         raise NotImplementedError
 
     def _map_data(self) -> None:
-        self.data = DataFiles(self.directory, self.desc["backend"], self.fields, self.max_size,
-                              self.num_envs, self.reserve_rows, self.writable,
-                              with_jumps=self.desc["format_version"] >= 2, frame_stack=self.frame_stack,
+        self.data = DataFiles(self.directory, Geometry.of(self.desc, is_prioritized(self.desc)), self.writable,
                               frames_layout=self.desc.get("frames_layout"))
         self.gatherer = Gatherer(self.fields, self.data.storage, self.num_envs, self.max_size)
         if self.data.stacks is not None:

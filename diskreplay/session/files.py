@@ -12,25 +12,22 @@ import os
 
 import numpy as np
 
-from ..backends import Backend, RowStorage, get_backend
+from ..backends import BACKENDS, Backend, RowStorage, get_backend
 from ..core.roworder import frames_layout, states_order
-from ..core.schema import FieldSpec
 from ..disk.fsutil import check_free_space
 from ..disk.mapped import MappedFile
 from ..disk.npyfile import create_npy, open_npy
+from ..errors import InvalidArgumentError
 from ..format.checkpoint import CHECKPOINT_FILE, CheckpointFile, CheckpointLayout, create_checkpoint_file
-from ..format.description import version_of
-from ..format.directory import NS_FILE, _unlink
+from ..format.counters import COUNTERS_FILE
+from ..format.description import DESCRIPTION_FILE, version_of
+from ..format.directory import FIXED_FILES, NS_FILE, _unlink
 from ..format.rowsums import ROWSUMS_FILE
-from ..parts.jumps import JUMP_STATES_FILE, JUMPS_FILE, JumpRing, create_jump_files, jump_capacity
+from ..parts import Geometry, part_names, parts_of
 from ..parts.priorities.args import check_field_names
-from ..parts.priorities.files import PRIORITY_FILE, create_priority_file, prioritized_bytes
-from ..parts.priorities.files import SPEC as PRIORITIES_SPEC
-from ..parts.priorities.files import data_files as priority_files
-from ..parts.stacks.ring import STACK_FILES, FrameStacks, create_stack_files, stack_file_bytes, state_spec
 
-# The parts' files that format.directory's fixed names and data suffixes do not cover.
-OWN_NAMES = (PRIORITY_FILE,)
+# The parts' files, for format.directory's test of which files are a store's own.
+OWN_NAMES = part_names()
 DEFAULT_RESERVE_BYTES = 16 << 20
 # At least this many steps between the flushes that the reserve forces: a flush fsyncs twice
 # (milliseconds), so with a flush every 74 steps (W3's 16 MiB) 1.35% of adds waited for one
@@ -51,42 +48,64 @@ def reserve_rows_for(fields, num_envs: int, max_size: int, flush_every: int | No
     return int(min(max(rows, num_envs), max_size))
 
 
+def geometry(backend: Backend, specs, max_size: int, num_envs: int, reserve: int, prioritized: bool = False,
+             frame_stack: int | None = None, format_version: int | None = None) -> Geometry:
+    return Geometry(backend, specs, max_size, num_envs, reserve, frame_stack, prioritized, format_version)
+
+
 def data_file_names(backend: Backend, specs, prioritized: bool = False, frame_stack: int | None = None) -> list[str]:
     """Every file that holds rows or row-derived data, created once the fields are known."""
-    extra = priority_files(backend) if prioritized else []
-    stacks = list(STACK_FILES) if frame_stack else []
-    return (backend.data_files(specs) + [NS_FILE, ROWSUMS_FILE, CHECKPOINT_FILE, JUMPS_FILE, JUMP_STATES_FILE]
-            + extra + stacks)
+    g = geometry(backend, specs, 1, 1, 0, prioritized, frame_stack)
+    return (backend.data_files(specs) + [NS_FILE, ROWSUMS_FILE, CHECKPOINT_FILE]
+            + [name for part in parts_of(g) for name in part.files(g)])
+
+
+def store_file_names() -> set[str]:
+    """Every name a store's own files may take, whatever its kind: its fixed files and every part's."""
+    return set(FIXED_FILES) | {DESCRIPTION_FILE, COUNTERS_FILE, NS_FILE, ROWSUMS_FILE, CHECKPOINT_FILE} | set(OWN_NAMES)
+
+
+def check_file_names(specs) -> None:
+    """Refuse fields whose data file, on any backend, would be one of the store's own files
+    (a memmap field ``jumps`` is ``jumps.npy``, the jump ring's), before anything is written.
+    Every backend is asked so that a store converts to any of them. The names come from the
+    backends' file naming and the parts' declared files, never from a hand-kept list."""
+    taken = store_file_names()
+    for name in specs:
+        for backend in BACKENDS:
+            clash = sorted(set(get_backend(backend).data_files({name: specs[name]})) & taken)
+            if clash:
+                raise InvalidArgumentError(
+                    f"field name {name!r} is reserved: its data file {clash[0]} ({backend} backend) would be "
+                    "one of the store's own files; give the field another name")
 
 
 def create_data_files(directory: str, backend: Backend, specs, max_size: int, num_envs: int,
                       reserve: int, initial_checkpoint, prioritized: bool = False,
                       frame_stack: int | None = None) -> None:
     """Create and preallocate the data files, ``ns_buffer.npy``, ``rowsums.npy``,
-    ``checkpoint.bin`` and the jump ring's files (``jump_states.npy`` sparse: see jumps.py);
-    ``initial_checkpoint(ckfile)`` writes its first slot. A prioritized store also gets its
-    ``priorities`` dataset and ``priorities.bin`` (``prioritized.py``); a frame-stack store
-    (``specs["states"]`` is then one frame) its stack files (``framestack.py``)."""
-    states = state_spec(specs, frame_stack)
-    layout = CheckpointLayout(specs, num_envs, reserve, states)
-    ns_bytes = 2 * num_envs * states.row_bytes
-    if frame_stack:
-        ns_bytes += stack_file_bytes(specs["states"], frame_stack, max_size, num_envs, reserve)
-    capacity = jump_capacity(max_size, reserve)
-    datasets = dict(specs)
+    ``checkpoint.bin`` and the files of every part the store has (``parts/``: the jump ring
+    always; priorities, frame stacks); ``initial_checkpoint(ckfile)`` writes its first slot.
+    The free-space check counts every byte these files can ever take, the parts'
+    ``bytes_needed`` included (their sparse files at full size)."""
+    check_file_names(specs)
     if prioritized:
         check_field_names(specs)
-        datasets["priorities"] = PRIORITIES_SPEC
-    check_free_space(directory, backend.data_bytes(datasets, max_size) + layout.file_bytes + ns_bytes
-                     + 4 * max_size + 8 * capacity + 16384 + (prioritized_bytes(max_size) if prioritized else 0))
+    g = geometry(backend, specs, max_size, num_envs, reserve, prioritized, frame_stack)
+    parts = parts_of(g)
+    states = g.states
+    layout = CheckpointLayout(specs, num_envs, reserve, states)
+    datasets = dict(specs)
+    for part in parts:
+        datasets.update(part.datasets(g))
+    check_free_space(directory, backend.data_bytes(datasets, max_size) + layout.file_bytes
+                     + 2 * num_envs * states.row_bytes + 4 * max_size + 16384
+                     + sum(part.bytes_needed(g) for part in parts))
     backend.create(directory, datasets, max_size, version_of(frames_layout(frame_stack, max_size, num_envs)))
-    if prioritized:
-        create_priority_file(directory, max_size)
     create_npy(os.path.join(directory, NS_FILE), (2, num_envs) + states.shape, states.dtype)
     create_npy(os.path.join(directory, ROWSUMS_FILE), (max_size,), np.dtype(np.uint32))
-    create_jump_files(directory, states, capacity)
-    if frame_stack:
-        create_stack_files(directory, specs["states"], frame_stack, max_size, num_envs, reserve)
+    for part in parts:
+        part.create(directory, g)
     create_checkpoint_file(directory, layout)
     ck = CheckpointFile(directory, layout, True)
     try:
@@ -105,58 +124,60 @@ def remove_data_files(directory: str, backend: Backend, specs, prioritized: bool
 class DataFiles:
     """The opened row data of a store: the backend's rows, the ``ns_buffer`` (two areas of
     ``num_envs`` rows, one per step parity), the per-row CRCs, the checkpoint file and the
-    jump ring (``jumps``: None in a format 1 store, which has none), and a frame-stack
-    store's stack files (``stacks``, else None)."""
+    open objects of the store's parts (``parts``, by part name; the priorities are opened by
+    the session, which holds their settings). ``jumps`` and ``stacks`` name two of them:
+    None where the store has no such part (a format 1 store has no jump ring)."""
 
-    def __init__(self, directory: str, backend_name: str, fields: dict[str, FieldSpec], max_size: int,
-                 num_envs: int, reserve_rows: int, writable: bool, with_jumps: bool = True,
-                 frame_stack: int | None = None, frames_layout: str | None = None):
+    def __init__(self, directory: str, g: Geometry, writable: bool, frames_layout: str | None = None):
         self.storage: RowStorage | None = None
         self.ns_file: MappedFile | None = None
         self.sums_file: MappedFile | None = None
         self.ckfile: CheckpointFile | None = None
-        self.jumps: JumpRing | None = None
-        self.stacks: FrameStacks | None = None
+        self.parts: dict = {}
         try:
-            self.storage = get_backend(backend_name).open(directory, fields, max_size, writable)
-            self.storage.orders["states"] = states_order(frames_layout, max_size, num_envs)
-            states = state_spec(fields, frame_stack)
+            self.storage = g.backend.open(directory, g.specs, g.max_size, writable)
+            self.storage.orders["states"] = states_order(frames_layout, g.max_size, g.num_envs)
+            states = g.states
             self.ns_file, self.ns, _ = open_npy(os.path.join(directory, NS_FILE),
-                                                (2, num_envs) + states.shape, states.dtype, writable)
+                                                (2, g.num_envs) + states.shape, states.dtype, writable)
             self.sums_file, self.sums, _ = open_npy(os.path.join(directory, ROWSUMS_FILE),
-                                                    (max_size,), np.dtype(np.uint32), writable)
-            self.ckfile = CheckpointFile(directory, CheckpointLayout(fields, num_envs, reserve_rows, states), writable)
-            if with_jumps:
-                self.jumps = JumpRing(directory, states, max_size, reserve_rows, writable)
-            if frame_stack:
-                self.stacks = FrameStacks(directory, fields["states"], frame_stack, max_size, num_envs,
-                                          reserve_rows, writable, self.storage.order("states"))
+                                                    (g.max_size,), np.dtype(np.uint32), writable)
+            self.ckfile = CheckpointFile(directory, CheckpointLayout(g.specs, g.num_envs, g.reserve_rows, states),
+                                         writable)
+            for part in parts_of(g):
+                opened = part.open(directory, g, writable, self.storage)
+                if opened is not None:
+                    self.parts[part.name] = opened
         except BaseException:
             self.close()
             raise
 
+    @property
+    def jumps(self):
+        return self.parts.get("jumps")
+
+    @property
+    def stacks(self):
+        return self.parts.get("stacks")
+
     def sync_rows(self) -> None:
-        """Make the rows, the ``ns_buffer``, the CRCs and the jump ring durable (not the checkpoint)."""
+        """Make the rows, the ``ns_buffer``, the CRCs and the parts durable (not the checkpoint)."""
         self.storage.sync()
         self.ns_file.sync()
         self.sums_file.sync()
-        if self.jumps is not None:
-            self.jumps.sync()
-        if self.stacks is not None:
-            self.stacks.sync()
+        for opened in self.parts.values():
+            opened.sync()
 
     @property
     def mapped_files(self) -> list[MappedFile]:
         """Every memory-mapped file (for tools that drop a process's mapped pages)."""
-        jumps = [self.jumps.file] if self.jumps is not None else []
-        stacks = self.stacks.mapped_files if self.stacks is not None else []
-        return [f for f in [*(self.storage.files if self.storage else []), self.ns_file, self.sums_file, *jumps,
-                            *stacks] if f]
+        parts = [f for opened in self.parts.values() for f in opened.mapped_files]
+        return [f for f in [*(self.storage.files if self.storage else []), self.ns_file, self.sums_file, *parts] if f]
 
     def close(self) -> None:
         self.ns = self.sums = None
-        for res in (self.storage, self.ns_file, self.sums_file, self.ckfile, self.jumps, self.stacks):
+        for res in (self.storage, self.ns_file, self.sums_file, self.ckfile, *self.parts.values()):
             if res is not None:
                 res.close()
-        self.storage = self.ns_file = self.sums_file = self.ckfile = self.jumps = self.stacks = None
-
+        self.storage = self.ns_file = self.sums_file = self.ckfile = None
+        self.parts = {}

@@ -43,7 +43,7 @@ from ..parts.jumps import create_jump_files, jump_capacity, rows_differ
 from ..format.directory import (finish_creating, lock_exists, mark_creating, prepare_directory, remove_store_files,
                                 undo_create)
 from ..parts.stacks.ring import state_spec
-from .files import OWN_NAMES, create_data_files, remove_data_files, reserve_rows_for
+from .files import OWN_NAMES, check_file_names, create_data_files, remove_data_files, reserve_rows_for
 from ..format.lock import WriterLock
 from ..parts.priorities.args import is_prioritized
 from ..format.recovery import recover_for_writer, restore_rows
@@ -67,6 +67,8 @@ class Writer(Flushing, Session):
         """Make the store's files (arguments already checked; with ``frame_stack``, ``specs``
         holds one frame as ``states``) and open it for writing."""
         backend_impl = get_backend(backend)
+        if specs is not None:  # before anything is touched: overwrite must not erase a store for a bad name
+            check_file_names(specs)
         directory = os.path.abspath(path)
         made_dir = prepare_directory(directory, overwrite, OWN_NAMES)
         lock_existed = lock_exists(directory)
@@ -316,6 +318,7 @@ class Writer(Flushing, Session):
             specs = {**specs, "states": frame_spec(specs["states"], k, SchemaMismatchError)}
         reserve = reserve_rows_for(specs, self.num_envs, self.max_size, self.desc["flush_every"])
         backend = get_backend(self.desc["backend"])
+        check_file_names(specs)  # before remove_data_files could name another file
         try:
             create_data_files(self.directory, backend, specs, self.max_size, self.num_envs, reserve,
                               initial_checkpoint(specs, self.num_envs, state_spec(specs, k)), is_prioritized(self.desc),

@@ -44,6 +44,7 @@ from ...disk.mapped import MappedFile
 from .args import is_prioritized, read_settings
 from ...core.schema import FieldSpec
 from . import tree as sumtree
+from ..base import Geometry, Part
 
 PRIORITY_FILE = "priorities.bin"
 DATASET = "priorities"
@@ -392,4 +393,31 @@ def open_priorities(directory: str, desc: dict, writable: bool) -> Priorities | 
     return Priorities(directory, desc, writable)
 
 
-__all__ = ["PRIORITY_FILE", "DATASET", "Priorities", "open_priorities", "create_priority_file", "data_files"]
+class PrioritiesPart(Part):
+    """Priorities as a part: the ``priorities`` dataset (in the backend) and ``priorities.bin``.
+    The session opens them itself (:func:`open_priorities`: they need the store's settings)."""
+    name = "priorities"
+    names = (PRIORITY_FILE,)  # the dataset's file ends in a data suffix (.npy) or lives in data.h5
+
+    @classmethod
+    def wanted(cls, g: Geometry) -> bool:
+        return g.prioritized
+
+    @classmethod
+    def files(cls, g: Geometry) -> list[str]:
+        return data_files(g.backend)
+
+    @classmethod
+    def datasets(cls, g: Geometry) -> dict:
+        return {DATASET: SPEC}
+
+    @classmethod
+    def bytes_needed(cls, g: Geometry) -> int:
+        return prioritized_bytes(g.max_size)  # the dataset is counted with the backend's
+
+    @classmethod
+    def create(cls, directory: str, g: Geometry) -> None:
+        create_priority_file(directory, g.max_size)
+
+
+__all__ = ["PrioritiesPart", "PRIORITY_FILE", "DATASET", "Priorities", "open_priorities", "create_priority_file", "data_files"]

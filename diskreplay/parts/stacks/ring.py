@@ -40,6 +40,8 @@ from ..jumps import JumpRing, create_jump_files, memcmp
 from ...disk.npyfile import create_npy, open_npy
 from ...core.roworder import SLOT_ORDER, SlotOrder
 from ...core.schema import FieldSpec
+from ...format.counters import W_STACKS
+from ..base import Geometry, Part, npy_bytes
 
 STACK_RECORDS_FILE = "stack_records.npy"
 STACK_STATES_FILE = "stack_states.npy"
@@ -86,12 +88,6 @@ def record_window(max_size: int, num_envs: int, k: int) -> int:
 
 def tail_rows(num_envs: int, k: int, reserve_rows: int) -> int:
     return reserve_rows + (k + 1) * num_envs
-
-
-def stack_file_bytes(frame: FieldSpec, k: int, max_size: int, num_envs: int, reserve_rows: int) -> int:
-    """Bytes to preallocate (the stack states are sparse and not counted)."""
-    return 8 * (record_window(max_size, num_envs, k) + reserve_rows) + \
-        tail_rows(num_envs, k, reserve_rows) * frame.row_bytes + 8192
 
 
 def create_stack_files(directory: str, frame: FieldSpec, k: int, max_size: int, num_envs: int,
@@ -248,9 +244,47 @@ class FrameStacks:
             self.records = None
 
 
-__all__ = ["STACK_FILES", "STACK_RECORDS_FILE", "STACK_STATES_FILE", "STACK_TAIL_FILE", "FrameStacks",
+class Stacks(Part):
+    """Frame stacks as a part: the stack ring and the tail of a ``frame_stack=k`` store."""
+    name = "stacks"
+    names = STACK_FILES
+    word = W_STACKS
+    header = "stacks"
+
+    @classmethod
+    def wanted(cls, g: Geometry) -> bool:
+        return bool(g.frame_stack)
+
+    @classmethod
+    def files(cls, g: Geometry) -> list[str]:
+        return list(cls.names)
+
+    @classmethod
+    def npy_files(cls, g: Geometry) -> dict:
+        frame, k = g.specs["states"], g.frame_stack
+        capacity = record_window(g.max_size, g.num_envs, k) + g.reserve_rows
+        return {STACK_RECORDS_FILE: ((capacity,), np.dtype(np.int64)),
+                STACK_STATES_FILE: ((capacity,) + stack_spec(frame, k).shape, frame.dtype),
+                STACK_TAIL_FILE: ((tail_rows(g.num_envs, k, g.reserve_rows),) + frame.shape, frame.dtype)}
+
+    @classmethod
+    def bytes_needed(cls, g: Geometry) -> int:
+        # stack_states.npy is sparse, but over the ring's laps every row of it gets written
+        return sum(npy_bytes(shape, dtype) for shape, dtype in cls.npy_files(g).values())
+
+    @classmethod
+    def create(cls, directory: str, g: Geometry) -> None:
+        create_stack_files(directory, g.specs["states"], g.frame_stack, g.max_size, g.num_envs, g.reserve_rows)
+
+    @classmethod
+    def open(cls, directory: str, g: Geometry, writable: bool, storage=None) -> "FrameStacks":
+        return FrameStacks(directory, g.specs["states"], g.frame_stack, g.max_size, g.num_envs, g.reserve_rows,
+                           writable, storage.order("states"))
+
+
+__all__ = ["Stacks", "STACK_FILES", "STACK_RECORDS_FILE", "STACK_STATES_FILE", "STACK_TAIL_FILE", "FrameStacks",
            "check_frame_stack", "create_stack_files", "frame_spec", "overlap_rule", "overlaps", "record_window",
-           "stack_file_bytes", "stack_spec", "state_spec", "tail_rows"]
+           "stack_spec", "state_spec", "tail_rows"]
 
 
 def state_spec(specs, frame_stack: int | None) -> FieldSpec:

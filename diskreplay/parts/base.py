@@ -1,0 +1,99 @@
+"""The ``Part`` protocol: data a store keeps beside its rows, declared in one place.
+
+A part is a class (what it declares about a store: whether the store has it, its files,
+the bytes they can ever take, its counter word and checkpoint field) and the object its
+``open`` returns (what it does while the store is open: at least ``sync``, ``close`` and
+``mapped_files``). The store's directory, create's free-space check, the reserved field
+names, ``verify``'s file checks and the data files' open and close loop over
+:data:`diskreplay.parts.PARTS` and never name a part. Every hook is a no-op by default; a
+part overrides what it needs.
+
+``Geometry`` is what a part's files follow from: the backend, the fields (``states`` one
+frame in a frame-stack store), ``max_size``, ``num_envs``, the undo reserve, ``frame_stack``,
+whether the store is prioritized and its format version. Both ``create`` (from its
+arguments) and an open store (from ``store.json``) build one.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..backends import Backend, get_backend
+from ..core.schema import FieldSpec
+
+
+@dataclass(frozen=True)
+class Geometry:
+    backend: Backend
+    specs: dict  # name -> FieldSpec; a frame-stack store's "states" is one frame
+    max_size: int
+    num_envs: int
+    reserve_rows: int
+    frame_stack: int | None = None
+    prioritized: bool = False
+    format_version: int | None = None  # None: a store being created (the newest format)
+
+    @property
+    def states(self) -> FieldSpec:
+        """A whole state as the ``ns_buffer`` and the jump ring hold it (k frames in a frame-stack store)."""
+        frame = self.specs["states"]
+        if not self.frame_stack:
+            return frame
+        return FieldSpec("states", (self.frame_stack,) + tuple(frame.shape), frame.dtype)
+
+    @classmethod
+    def of(cls, desc: dict, prioritized: bool) -> "Geometry":
+        """The geometry of an existing store with fields, from its description."""
+        return cls(get_backend(desc["backend"]), desc["fields"], desc["max_size"], desc["num_envs"], desc["reserve_rows"],
+                   desc.get("frame_stack"), prioritized, desc.get("format_version"))
+
+
+class Part:
+    """Side data of a store. Override what the part needs; the defaults declare nothing."""
+    name: str = ""
+    names: tuple = ()           # every file name the part may ever own (the directory's own names)
+    word: int | None = None     # its count word in meta.bin, or None
+    header: str | None = None   # its field in the checkpoint header, or None
+
+    @classmethod
+    def wanted(cls, g: Geometry) -> bool:
+        """Does a store of this geometry have the part."""
+        return False
+
+    @classmethod
+    def files(cls, g: Geometry) -> list[str]:
+        """Its files in a store of this geometry (names in the store directory)."""
+        return []
+
+    @classmethod
+    def npy_files(cls, g: Geometry) -> dict[str, tuple[tuple, np.dtype]]:
+        """Its ``.npy`` files and their (shape, dtype), for ``verify``'s header and size checks."""
+        return {}
+
+    @classmethod
+    def bytes_needed(cls, g: Geometry) -> int:
+        """The bytes its files can ever take on disk (sparse files at their full size):
+        create's free-space check counts them, so an accepted store never outgrows it.
+        Its ``datasets`` are counted with the backend's, not here."""
+        return 0
+
+    @classmethod
+    def datasets(cls, g: Geometry) -> dict[str, FieldSpec]:
+        """Datasets it keeps in the backend beside the fields (created with them)."""
+        return {}
+
+    @classmethod
+    def create(cls, directory: str, g: Geometry) -> None:
+        """Make its files (the backend made its datasets)."""
+
+    @classmethod
+    def open(cls, directory: str, g: Geometry, writable: bool, storage=None):
+        """Its open object (``storage``: the store's opened rows, for parts that read row orders)."""
+        return None
+
+
+def npy_bytes(shape: tuple, dtype) -> int:
+    """A ``.npy`` file's bytes, its header page counted whole (headers are padded to 64 bytes;
+    4096 is a bound that keeps the count simple)."""
+    return int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize + 4096
