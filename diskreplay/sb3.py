@@ -9,7 +9,9 @@ SB3's row ``pos`` of env ``e`` is the store's slot ``pos * n_envs + e`` (one SB3
 is one store step of ``n_envs`` transitions), so the buffer holds what SB3's own
 ``ReplayBuffer`` would, states once. Next observations are exact: those SB3 passes for
 episode ends (``terminal_observation``) go to the store's ``add`` as next states, and its
-jump ring (``parts/jumps.py``) keeps them.
+jump ring (``parts/jumps.py``) keeps them. A ``<path>.finals`` side store that earlier
+versions kept beside the store is ignored: never opened, read nor removed (README.md,
+"Integrations").
 Pickling (``model.save_replay_buffer``) flushes the store and writes only its path and
 position; unpickling reopens it. Importing this module imports stable_baselines3 and torch.
 """

@@ -12,9 +12,11 @@ named by its key joined with ``__`` (``("next", "truncated")`` is ``next__trunca
 ``("next", "observation")`` is not stored twice: it is the next row's observation, and
 where it is not (episode ends, interleaved envs) the store's jump ring
 (``parts/jumps.py``) keeps the true one, so ``get`` gives back exactly what was written.
-The storage appends (a round-robin writer's cursor is kept in step with the store);
-``dumps``/``loads`` and ``state_dict`` hold the store's path and position only. Importing
-this module imports torchrl, tensordict and torch.
+A ``<path>.finals`` side store that earlier versions kept beside the store is ignored:
+never opened, read nor removed (README.md, "Integrations"). The storage appends (a
+round-robin writer's cursor is kept in step with the store); ``dumps``/``loads`` and
+``state_dict`` hold the store's path and position only. Importing this module imports
+torchrl, tensordict and torch.
 """
 from __future__ import annotations
 

@@ -19,6 +19,7 @@ from stable_baselines3.common.vec_env import VecNormalize
 
 from diskreplay import DiskReplay, EnvProtocolError, InvalidArgumentError, NotAStoreError, SchemaMismatchError, StoreMismatchError
 from diskreplay.sb3 import DiskReplayBuffer
+from old_finals import contents as old_finals_contents, write_old_finals
 
 torch.set_num_threads(1)  # small networks: threads only fight over the shared cores
 
@@ -169,6 +170,32 @@ def test_an_existing_store_resumes_and_sampling_continues(tmp_path):
     again = DiskReplayBuffer(100, env.observation_space, env.action_space, device="cpu", path=tmp_path / "b.replay")
     assert again.size() == 30
     again.close()
+
+
+def test_an_old_finals_side_store_beside_the_buffer_is_ignored(tmp_path):
+    """A buffer that a version up to 497696e wrote kept final observations in ``<path>.finals``
+    too: it opens, its next observations come from the store's jump ring, not from that side
+    store (whose states here are wrong), and the side store is neither read, changed nor removed."""
+    path = tmp_path / "b.replay"
+    _filled(path).close()
+    assert os.listdir(tmp_path) == ["b.replay"]  # this version keeps none
+    # the rows the old code wrote: each episode end's transition number (rows 9, 19, 29)
+    side = write_old_finals(path, [(number, np.full(4, -7.0)) for number in (10, 20, 30)])
+    before = old_finals_contents(side)
+    env = gym.make("CartPole-v1")
+    buf = DiskReplayBuffer(100, env.observation_space, env.action_space, device="cpu", path=path)
+    expected = np.arange(1, 31) + 100 * (np.arange(30) % 10 == 9)  # 110, 120, 130 at the ends
+    np.testing.assert_array_equal(buf.arrays()["next_observations"][:30, 0, 0], expected)
+    np.testing.assert_array_equal(buf._get_samples(np.array([9, 19, 29, 3])).next_observations.numpy()[:, 0],
+                                  [110, 120, 130, 4])
+    buf.add(np.full((1, 4), 500.0), np.full((1, 4), 501.0), np.array([0]), np.array([1.0]), np.array([False]), [{}])
+    assert buf.arrays()["next_observations"][29, 0, 0] == 130  # now a jump: the new step starts elsewhere
+    assert buf.store.get(np.array([9, 19, 29]), fields="jumps")["jumps"].all()
+    buf.close()
+    with DiskReplay.open(path, mode="r") as store:  # the store alone has them
+        np.testing.assert_array_equal(store.get(np.array([9, 19, 29]), fields="next_states")["next_states"][:, 0],
+                                      [110, 120, 130])
+    assert old_finals_contents(side) == before
 
 
 def test_optimize_memory_usage_with_timeouts_is_accepted(tmp_path):

@@ -14,6 +14,7 @@ from torchrl.envs import GymEnv, SerialEnv
 
 from diskreplay import DiskReplay, InvalidArgumentError, NotAStoreError, SchemaMismatchError, StoreMismatchError
 from diskreplay.torchrl import DiskReplayStorage
+from old_finals import contents as old_finals_contents, write_old_finals
 
 torch.set_num_threads(1)
 
@@ -70,6 +71,39 @@ def test_collector_data_comes_back_as_lazytensorstorage_gives_it(tmp_path, backe
     ends = theirs.storage.get(everything)[("next", "done")].numpy().reshape(-1)
     assert ends.any() and rows["jumps"][ends & older].all()
     assert os.listdir(tmp_path) == ["rb.replay"]
+
+
+def test_an_old_finals_side_store_beside_the_store_is_ignored(tmp_path):
+    """A storage that a version up to 497696e wrote kept next observations in ``<path>.finals``
+    too: it opens, its next observations come from the store's jump ring, not from that side
+    store (whose states here are wrong), and the side store is neither read, changed nor removed."""
+    path = tmp_path / "rb.replay"
+    data = list(batches(1, 200))
+    ours, theirs = twin_buffers(path, 150)
+    for batch in data[:2]:
+        ours.extend(batch)
+        theirs.extend(batch)
+    ours.storage.close()
+    assert os.listdir(tmp_path) == ["rb.replay"]  # this version keeps none
+    # rows for every transition number added, as the old code's get() looked every row up
+    side = write_old_finals(path, [(number, np.full(4, -7.0)) for number in range(1, 101)])
+    before = old_finals_contents(side)
+    resumed = ReplayBuffer(storage=DiskReplayStorage(path, 150), sampler=RandomSampler(), batch_size=16)
+    assert_same(resumed.storage.get(list(range(100))), theirs.storage.get(list(range(100))))
+    for batch in data[2:]:  # wraps the ring: transitions 51 .. 200 are held
+        resumed.extend(batch)
+        theirs.extend(batch)
+    everything = list(range(150))
+    assert_same(resumed.storage.get(everything), theirs.storage.get(everything))
+    torch.manual_seed(0)
+    mine = resumed.sample()
+    torch.manual_seed(0)
+    assert_same(mine, theirs.sample())
+    done = theirs.storage.get(everything)[("next", "done")].numpy().reshape(-1)
+    older = done & (np.arange(150) != resumed.storage.store.head)
+    assert older.any() and resumed.storage.store.get(np.flatnonzero(older), fields="jumps")["jumps"].all()
+    resumed.storage.close()
+    assert old_finals_contents(side) == before
 
 
 def test_a_reopened_storage_resumes_where_it_stopped(tmp_path):
