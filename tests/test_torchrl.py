@@ -73,6 +73,41 @@ def test_collector_data_comes_back_as_lazytensorstorage_gives_it(tmp_path, backe
     assert os.listdir(tmp_path) == ["rb.replay"]
 
 
+def transitions(start: int, stop: int, ends) -> TensorDict:
+    """Hand-made rows ``t = start .. stop - 1``: observation ``t``, next observation ``t + 1``,
+    or ``1000 + t`` where the episode ends at ``t`` (the next row starts from ``t + 1``)."""
+    t = torch.arange(start, stop)
+    done = torch.tensor([int(i) in ends for i in t]).unsqueeze(-1)
+    obs = t.float().unsqueeze(-1).repeat(1, 4)
+    return TensorDict({"observation": obs, "action": t % 2,
+                       "next": {"observation": torch.where(done, 1000 + obs, obs + 1),
+                                "reward": torch.ones(len(t), 1), "done": done, "terminated": done}},
+                      batch_size=[len(t)])
+
+
+def test_final_observations_come_back_as_next_observations_after_a_reopen(tmp_path):
+    """The true final observation of an episode end is its row's ("next", "observation")
+    after the storage is closed and reopened (no kill), before and after the next rows;
+    the last row before the close ends an episode."""
+    path = tmp_path / "rb.replay"
+    ends = {4, 11, 19, 27}
+    rb = ReplayBuffer(storage=DiskReplayStorage(path, 50), sampler=RandomSampler(), batch_size=64)
+    rb.extend(transitions(0, 20, ends))
+    rb.storage.close()
+    for stop in (20, 30):  # reopened as it was, then after rows that start elsewhere
+        rb = ReplayBuffer(storage=DiskReplayStorage(path, 50), sampler=RandomSampler(), batch_size=64)
+        if stop > 20:
+            rb.extend(transitions(20, stop, ends))
+        assert_same(rb.storage.get(list(range(stop))), transitions(0, stop, ends))
+        sample = rb.sample()
+        t = sample["observation"][:, 0].long()
+        assert sum(int(i) in ends for i in t) > 0
+        assert_same(sample, transitions(0, stop, ends)[t])
+        older = [i for i in sorted(ends) if i < stop - 1]  # the newest row's next state is the ns_buffer's
+        assert rb.storage.store.get(older, fields="jumps")["jumps"].all()
+        rb.storage.close()
+
+
 def test_an_old_finals_side_store_beside_the_store_is_ignored(tmp_path):
     """A storage that a version up to 497696e wrote kept next observations in ``<path>.finals``
     too: it opens, its next observations come from the store's jump ring, not from that side
