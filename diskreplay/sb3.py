@@ -8,7 +8,10 @@
 SB3's row ``pos`` of env ``e`` is the store's slot ``pos * n_envs + e`` (one SB3 ``add``
 is one store step of ``n_envs`` transitions), so the buffer holds what SB3's own
 ``ReplayBuffer`` would, states once. Next observations are exact: those SB3 passes for
-episode ends (``terminal_observation``) are kept in the side store of ``finals.py``.
+episode ends (``terminal_observation``) go to the store's ``add`` as next states, and its
+jump ring (``parts/jumps.py``) keeps them. A ``<path>.finals`` side store that earlier
+versions kept beside the store is ignored: never opened, read nor removed (README.md,
+"Integrations").
 Pickling (``model.save_replay_buffer``) flushes the store and writes only its path and
 position; unpickling reopens it. Importing this module imports stable_baselines3 and torch.
 """
@@ -26,25 +29,11 @@ from stable_baselines3.common.utils import get_device
 
 from .envspaces import check_holdable, check_store, open_or_create
 from .errors import InvalidArgumentError, SchemaMismatchError
-from .finals import FinalStates, transition_numbers
 from .store import DiskReplay
 
 # Stores open in this process, by directory: a buffer unpickled (load_replay_buffer) while the
 # one that saved it is still alive shares its store instead of meeting the writer's lock.
-_OPEN: "weakref.WeakValueDictionary[str, _Opened]" = weakref.WeakValueDictionary()
-
-
-class _Opened:
-    """A store and its side store of final states, shared by the buffers of one process."""
-
-    def __init__(self, store: DiskReplay, finals: FinalStates):
-        self.store, self.finals = store, finals
-
-    def close(self) -> None:
-        try:
-            self.finals.close()
-        finally:
-            self.store.close()
+_OPEN: "weakref.WeakValueDictionary[str, DiskReplay]" = weakref.WeakValueDictionary()
 
 
 def _expected_fields(observation_space, action_space) -> dict:
@@ -64,21 +53,16 @@ def _open_or_create(path: str, max_size: int, n_envs: int, fields: dict, backend
     """The store at ``path`` (resumed) or a new one, checked against the spaces; shared with
     the buffers of this process that already hold it open."""
     key = os.path.realpath(path)
-    opened = _OPEN.get(key)
-    if opened is None or opened.store.closed:
+    store = _OPEN.get(key)
+    if store is None or store.closed:
         if seed is None:  # SB3's set_random_seed seeds numpy's global generator: follow it (new stores only)
             seed = lambda: int(np.random.randint(0, 2**62))  # noqa: E731
         store = open_or_create(path, fields, n_envs, max_size, backend=backend, seed=seed,
                                flush_every=flush_every, asker="the buffer")
-        try:
-            opened = _Opened(store, FinalStates(store))
-        except BaseException:
-            store.close()
-            raise
-        _OPEN[key] = opened
+        _OPEN[key] = store
     else:
-        check_store(opened.store, fields, n_envs, max_size, asker="the buffer")
-    return opened
+        check_store(store, fields, n_envs, max_size, asker="the buffer")
+    return store
 
 
 class DiskReplayBuffer(ReplayBuffer):
@@ -109,15 +93,15 @@ class DiskReplayBuffer(ReplayBuffer):
         self.handle_timeout_termination = bool(handle_timeout_termination)
         self.path = os.fspath(path)
         self._options = {"buffer_size": buffer_size, "backend": backend, "seed": seed, "flush_every": flush_every}
-        self._opened = _open_or_create(self.path, self.buffer_size * self.n_envs, self.n_envs, fields,
-                                       backend, seed, flush_every)
+        self._store = _open_or_create(self.path, self.buffer_size * self.n_envs, self.n_envs, fields,
+                                      backend, seed, flush_every)
         self._fields = fields
 
     # ------------------------------------------------------------------ the store
     @property
     def store(self) -> DiskReplay:
         """The ``DiskReplay`` holding the transitions."""
-        return self._opened.store
+        return self._store
 
     @property
     def pos(self) -> int:
@@ -137,12 +121,11 @@ class DiskReplayBuffer(ReplayBuffer):
 
     def flush(self) -> None:
         """Make everything added so far survive a power cut."""
-        self._opened.finals.flush()  # final states first: a durable transition never lacks its own
         self.store.flush()
 
     def close(self) -> None:
         """Flush and close the store (and every buffer of this process sharing it)."""
-        self._opened.close()
+        self.store.close()
 
     # ------------------------------------------------------------------ adding
     def add(self, obs, next_obs, action, reward, done, infos) -> None:
@@ -166,10 +149,8 @@ class DiskReplayBuffer(ReplayBuffer):
         next_obs = next_obs.astype(obs_dtype, copy=False)
         action = action.astype(self._fields["actions"][1], copy=False)
         timeouts = np.array([bool(info.get("TimeLimit.truncated", False)) for info in infos])
+        # next_obs holds the final observations at episode ends: the store's jump ring keeps them.
         store = self.store
-        first = store.seen_size + 1
-        for env in np.flatnonzero(done):  # their next state is not the next step's: keep it first
-            self._opened.finals.record(first + int(env), next_obs[env])
         if n == 1:
             store.add(obs[0], action[0], reward[0], next_obs[0], done[0], timeouts=timeouts[0])
         else:
@@ -179,23 +160,15 @@ class DiskReplayBuffer(ReplayBuffer):
     def sample(self, batch_size: int, env=None) -> ReplayBufferSamples:
         """``batch_size`` transitions drawn uniformly, as SB3's ``ReplayBuffer.sample``."""
         batch = self.store.sample(batch_size)
-        return self._samples(self.store.batch_idxs, batch, env)
+        return self._samples(batch, env)
 
     def _get_samples(self, batch_inds: np.ndarray, env=None) -> ReplayBufferSamples:
         """SB3's hook: rows ``batch_inds``, each of an env drawn at random (numpy's global generator)."""
         env_indices = np.random.randint(0, high=self.n_envs, size=(len(batch_inds),))
         slots = np.asarray(batch_inds, np.int64) * self.n_envs + env_indices
-        return self._samples(slots, self.store.get(slots), env)
+        return self._samples(self.store.get(slots), env)
 
-    def _exact(self, slots: np.ndarray, batch: dict) -> dict:
-        """The batch with the recorded final states as next states of episode ends."""
-        ends = np.flatnonzero(batch["dones"])
-        if len(ends):
-            self._opened.finals.patch(transition_numbers(self.store, slots), batch["next_states"], ends)
-        return batch
-
-    def _samples(self, slots, batch: dict, env) -> ReplayBufferSamples:
-        batch = self._exact(slots, batch)
+    def _samples(self, batch: dict, env) -> ReplayBufferSamples:
         dones = batch["dones"].astype(np.float32)
         if self.handle_timeout_termination:
             dones *= ~batch["timeouts"]
@@ -212,7 +185,7 @@ class DiskReplayBuffer(ReplayBuffer):
         store, rows, n = self.store, self.buffer_size, self.n_envs
         size = store.size
         slots = np.arange(size, dtype=np.int64)
-        batch = self._exact(slots, store.get(slots)) if size else None
+        batch = store.get(slots) if size else None
         out = {}
         for key, name in (("observations", "states"), ("next_observations", "next_states"),
                           ("actions", "actions"), ("rewards", "rewards"), ("dones", "dones"),

@@ -9,9 +9,11 @@ Rows are the TensorDicts a collector produces, one transition each. ``observatio
 the store's ``states``, ``action`` its ``actions``, ``("next", "reward")`` and
 ``("next", "done")`` its ``rewards`` and ``dones``; every other leaf is an extra field
 named by its key joined with ``__`` (``("next", "truncated")`` is ``next__truncated``).
-``("next", "observation")`` is not stored: it is the next row's observation, and where
-it is not (episode ends, interleaved envs) the true one is kept in the side store of
-``finals.py``, so ``get`` gives back exactly what was written. The storage appends (a
+``("next", "observation")`` is not stored twice: it is the next row's observation, and
+where it is not (episode ends, interleaved envs) the store's jump ring
+(``parts/jumps.py``) keeps the true one, so ``get`` gives back exactly what was written.
+A ``<path>.finals`` side store that earlier versions kept beside the store is ignored:
+never opened, read nor removed (README.md, "Integrations"). The storage appends (a
 round-robin writer's cursor is kept in step with the store); ``dumps``/``loads`` and
 ``state_dict`` hold the store's path and position only. Importing this module imports
 torchrl, tensordict and torch.
@@ -28,7 +30,6 @@ from tensordict import TensorDict, is_tensor_collection
 from torchrl.data.replay_buffers.storages import StoreStorage
 
 from .errors import InvalidArgumentError, SchemaMismatchError, StoreMismatchError, StoreNotFoundError
-from .finals import FinalStates, transition_numbers
 from .store import DiskReplay
 
 STATE_FILE = "diskreplay_storage.json"  # what dumps() writes: the store's path and position
@@ -77,7 +78,6 @@ class DiskReplayStorage(StoreStorage):
                       "dones": "next__done"}
         self._next_obs = ("next", observation_key)
         self.store: DiskReplay | None = None
-        self.finals: FinalStates | None = None
         try:
             self._attach_store(DiskReplay.open(self.path, mode="r+"))
         except StoreNotFoundError:
@@ -89,7 +89,7 @@ class DiskReplayStorage(StoreStorage):
             raise StoreMismatchError(
                 f"the store at {self.path} has max_size {store.max_size} and num_envs {store.num_envs}; "
                 f"DiskReplayStorage({self.max_size}) needs max_size {self.max_size} and num_envs 1")
-        self.store, self.finals = store, FinalStates(store)
+        self.store = store
 
     @property
     def initialized(self) -> bool:
@@ -112,22 +112,12 @@ class DiskReplayStorage(StoreStorage):
         if self.store is None:
             self._create(rows)
         self._check(rows)
+        # Each row's own next observation goes to add: where the next row does not start from
+        # it, the store's jump ring keeps it.
         states, next_states = rows.pop("states"), rows.pop("next_states")
-        n = len(states)
-        store, finals = self.store, self.finals
-        # A transition whose next observation is not the next row's keeps its own (before the add
-        # that would hide it): the newest stored one, then those inside this batch.
-        first = store.seen_size + 1
-        if store.size:
-            pending = store.ns_buffer[0]
-            if not np.array_equal(pending, states[0]):
-                finals.record(first - 1, pending)
-        width = int(np.prod(states.shape[1:]))
-        differ = np.any(next_states[:-1].reshape(n - 1, width) != states[1:].reshape(n - 1, width), axis=1)
-        for j in np.flatnonzero(differ):
-            finals.record(first + int(j), next_states[j])
+        store = self.store
         extras = [name for name in rows if name not in ("actions", "rewards", "dones")]
-        for j in range(n):
+        for j in range(len(states)):
             store.add(states[j], rows["actions"][j], rows["rewards"][j], next_states[j], rows["dones"][j],
                       **{name: rows[name][j] for name in extras})
         self._bump_mutation_revision()
@@ -195,8 +185,6 @@ class DiskReplayStorage(StoreStorage):
         if idxs.dtype.kind == "i":
             idxs = np.where(idxs < 0, idxs + len(self), idxs)
         batch = self.store.get(idxs)
-        if len(idxs):
-            self.finals.patch(transition_numbers(self.store, idxs), batch["next_states"], np.arange(len(idxs)))
         out = TensorDict({}, batch_size=[len(idxs)])
         for name, arr in batch.items():
             key = self._next_obs if name == "next_states" else _key_of(self.names.get(name, name))
@@ -222,12 +210,10 @@ class DiskReplayStorage(StoreStorage):
     def flush(self) -> None:
         """Make every transition written so far survive a power cut."""
         if self.store is not None:
-            self.finals.flush()
             self.store.flush()
 
     def close(self) -> None:
         if self.store is not None:
-            self.finals.close()
             self.store.close()
 
     def state_dict(self) -> dict:

@@ -35,7 +35,7 @@ GROUPS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     # readers open stores through the facade and read through its public API; never a session or a part
     "readers": (("views", "stats", "export."), _BELOW_READERS + ("format", "backends", "streams", "store")),
     "api": (("diskreplay",), ("errors", "store")),
-    "integrations": (("sb3", "torchrl", "gym", "envspaces", "demo", "finals", "slm.", "ray."),
+    "integrations": (("sb3", "torchrl", "gym", "envspaces", "demo", "slm.", "ray."),
                      ("api", "errors", "core", "store", "readers", "streams", "parts")),
     "cli": (("cli.",), ("api", "readers", "streams", "verify", "errors", "backends")),
 }

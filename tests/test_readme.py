@@ -98,7 +98,7 @@ def disk_use(path: Path) -> int:
 
 
 def stores_in(cwd: Path) -> set[Path]:
-    """The stores (side stores too) under ``cwd``, not counting its temporary directory."""
+    """The stores under ``cwd``, not counting its temporary directory."""
     return {p.parent for p in cwd.rglob("store.json") if cwd / "tmp" not in p.parents}
 
 

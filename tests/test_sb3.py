@@ -19,6 +19,7 @@ from stable_baselines3.common.vec_env import VecNormalize
 
 from diskreplay import DiskReplay, EnvProtocolError, InvalidArgumentError, NotAStoreError, SchemaMismatchError, StoreMismatchError
 from diskreplay.sb3 import DiskReplayBuffer
+from old_finals import contents as old_finals_contents, write_old_finals
 
 torch.set_num_threads(1)  # small networks: threads only fight over the shared cores
 
@@ -169,6 +170,80 @@ def test_an_existing_store_resumes_and_sampling_continues(tmp_path):
     again = DiskReplayBuffer(100, env.observation_space, env.action_space, device="cpu", path=tmp_path / "b.replay")
     assert again.size() == 30
     again.close()
+
+
+def _step(i: int, n_envs: int = 2):
+    """Step ``i`` of ``n_envs`` hand-made envs: env ``e`` is at ``10 * i + e``; its episode ends
+    at step ``i`` when ``(i + e) % 4 == 3`` (a timeout when also ``i % 8 == 7 - e``), and its
+    final observation ``1000 + 10 * i + e`` is not the next step's observation."""
+    obs = np.repeat(10 * i + np.arange(n_envs, dtype=np.float32)[:, None], 4, axis=1)
+    done = (i + np.arange(n_envs)) % 4 == 3
+    next_obs = np.where(done[:, None], 1000 + obs, obs + 10)
+    infos = [{"TimeLimit.truncated": bool(done[e] and i % 8 == 7 - e)} for e in range(n_envs)]
+    return obs, next_obs, np.arange(n_envs)[:, None] % 2, np.ones(n_envs, np.float32), done, infos
+
+
+def test_final_observations_come_back_as_next_observations_after_a_reopen(tmp_path):
+    """The true final observation of an episode end, passed to add, is the row's next
+    observation after the buffer is closed and reopened (no kill), before and after the
+    next step; the last step before the close ends an episode."""
+    env = gym.make("CartPole-v1")
+    path = tmp_path / "b.replay"
+    twin = ReplayBuffer(100, env.observation_space, env.action_space, device="cpu", n_envs=2)
+    buf = DiskReplayBuffer(100, env.observation_space, env.action_space, device="cpu", n_envs=2, path=path, seed=3)
+    for i in range(12):  # step 11 ends env 0's episode
+        twin.add(*copy.deepcopy(_step(i)))
+        buf.add(*_step(i))
+    assert _step(11)[4][0]
+    buf.close()
+    for more in (0, 5):  # reopened as it was, then after steps whose observations jump
+        buf = DiskReplayBuffer(100, env.observation_space, env.action_space, device="cpu", n_envs=2, path=path)
+        for i in range(12, 12 + more):
+            twin.add(*copy.deepcopy(_step(i)))
+            buf.add(*_step(i))
+        assert_same_contents(buf, twin)
+        ends = np.flatnonzero(twin.dones[:buf.pos].reshape(-1))
+        np.testing.assert_array_equal(buf.arrays()["next_observations"].reshape(-1, 4)[ends, 0],
+                                      1000 + twin.observations.reshape(-1, 4)[ends, 0])
+        np.random.seed(more)  # SB3's _get_samples draws each row's env from numpy's global generator
+        got = buf._get_samples(np.arange(buf.pos)).next_observations.numpy()
+        np.random.seed(more)
+        envs = np.random.randint(0, 2, size=buf.pos)
+        np.testing.assert_array_equal(got, twin.next_observations[np.arange(buf.pos), envs])
+        sample = buf.sample(64)
+        rows, envs = np.divmod(buf.store.batch_idxs, 2)
+        assert twin.dones[rows, envs].any()
+        np.testing.assert_array_equal(sample.next_observations.numpy(), twin.next_observations[rows, envs])
+        # from the jump ring: every episode end but the newest step's (its next states are the ns_buffer's)
+        older = ends[ends < buf.store.head + 1 - 2]
+        assert len(older) and buf.store.get(older, fields="jumps")["jumps"].all()
+        buf.close()
+
+
+def test_an_old_finals_side_store_beside_the_buffer_is_ignored(tmp_path):
+    """A buffer that a version up to 497696e wrote kept final observations in ``<path>.finals``
+    too: it opens, its next observations come from the store's jump ring, not from that side
+    store (whose states here are wrong), and the side store is neither read, changed nor removed."""
+    path = tmp_path / "b.replay"
+    _filled(path).close()
+    assert os.listdir(tmp_path) == ["b.replay"]  # this version keeps none
+    # the rows the old code wrote: each episode end's transition number (rows 9, 19, 29)
+    side = write_old_finals(path, [(number, np.full(4, -7.0)) for number in (10, 20, 30)])
+    before = old_finals_contents(side)
+    env = gym.make("CartPole-v1")
+    buf = DiskReplayBuffer(100, env.observation_space, env.action_space, device="cpu", path=path)
+    expected = np.arange(1, 31) + 100 * (np.arange(30) % 10 == 9)  # 110, 120, 130 at the ends
+    np.testing.assert_array_equal(buf.arrays()["next_observations"][:30, 0, 0], expected)
+    np.testing.assert_array_equal(buf._get_samples(np.array([9, 19, 29, 3])).next_observations.numpy()[:, 0],
+                                  [110, 120, 130, 4])
+    buf.add(np.full((1, 4), 500.0), np.full((1, 4), 501.0), np.array([0]), np.array([1.0]), np.array([False]), [{}])
+    assert buf.arrays()["next_observations"][29, 0, 0] == 130  # now a jump: the new step starts elsewhere
+    assert buf.store.get(np.array([9, 19, 29]), fields="jumps")["jumps"].all()
+    buf.close()
+    with DiskReplay.open(path, mode="r") as store:  # the store alone has them
+        np.testing.assert_array_equal(store.get(np.array([9, 19, 29]), fields="next_states")["next_states"][:, 0],
+                                      [110, 120, 130])
+    assert old_finals_contents(side) == before
 
 
 def test_optimize_memory_usage_with_timeouts_is_accepted(tmp_path):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 
+import numpy as np
 import pytest
 import torch
 from tensordict import TensorDict
@@ -13,6 +14,7 @@ from torchrl.envs import GymEnv, SerialEnv
 
 from diskreplay import DiskReplay, InvalidArgumentError, NotAStoreError, SchemaMismatchError, StoreMismatchError
 from diskreplay.torchrl import DiskReplayStorage
+from old_finals import contents as old_finals_contents, write_old_finals
 
 torch.set_num_threads(1)
 
@@ -60,8 +62,83 @@ def test_collector_data_comes_back_as_lazytensorstorage_gives_it(tmp_path, backe
         mine = ours.sample()
         torch.manual_seed(seed)
         assert_same(mine, theirs.sample())
-    # the true next observations are there although the store derives most of them
-    assert ours.storage.finals.side.size > 0
+    # the true next observations come from the store alone (its jump ring), no side store beside it
+    expected = theirs.storage.get(everything)[("next", "observation")].numpy()
+    with DiskReplay.open(tmp_path / "rb.replay", mode="r") as store:
+        rows = store.get(np.arange(170), fields=("next_states", "jumps"))
+        older = np.arange(170) != store.head  # the newest's next state is the ns_buffer's, no jump yet
+    np.testing.assert_array_equal(rows["next_states"], expected)
+    ends = theirs.storage.get(everything)[("next", "done")].numpy().reshape(-1)
+    assert ends.any() and rows["jumps"][ends & older].all()
+    assert os.listdir(tmp_path) == ["rb.replay"]
+
+
+def transitions(start: int, stop: int, ends) -> TensorDict:
+    """Hand-made rows ``t = start .. stop - 1``: observation ``t``, next observation ``t + 1``,
+    or ``1000 + t`` where the episode ends at ``t`` (the next row starts from ``t + 1``)."""
+    t = torch.arange(start, stop)
+    done = torch.tensor([int(i) in ends for i in t]).unsqueeze(-1)
+    obs = t.float().unsqueeze(-1).repeat(1, 4)
+    return TensorDict({"observation": obs, "action": t % 2,
+                       "next": {"observation": torch.where(done, 1000 + obs, obs + 1),
+                                "reward": torch.ones(len(t), 1), "done": done, "terminated": done}},
+                      batch_size=[len(t)])
+
+
+def test_final_observations_come_back_as_next_observations_after_a_reopen(tmp_path):
+    """The true final observation of an episode end is its row's ("next", "observation")
+    after the storage is closed and reopened (no kill), before and after the next rows;
+    the last row before the close ends an episode."""
+    path = tmp_path / "rb.replay"
+    ends = {4, 11, 19, 27}
+    rb = ReplayBuffer(storage=DiskReplayStorage(path, 50), sampler=RandomSampler(), batch_size=64)
+    rb.extend(transitions(0, 20, ends))
+    rb.storage.close()
+    for stop in (20, 30):  # reopened as it was, then after rows that start elsewhere
+        rb = ReplayBuffer(storage=DiskReplayStorage(path, 50), sampler=RandomSampler(), batch_size=64)
+        if stop > 20:
+            rb.extend(transitions(20, stop, ends))
+        assert_same(rb.storage.get(list(range(stop))), transitions(0, stop, ends))
+        sample = rb.sample()
+        t = sample["observation"][:, 0].long()
+        assert sum(int(i) in ends for i in t) > 0
+        assert_same(sample, transitions(0, stop, ends)[t])
+        older = [i for i in sorted(ends) if i < stop - 1]  # the newest row's next state is the ns_buffer's
+        assert rb.storage.store.get(older, fields="jumps")["jumps"].all()
+        rb.storage.close()
+
+
+def test_an_old_finals_side_store_beside_the_store_is_ignored(tmp_path):
+    """A storage that a version up to 497696e wrote kept next observations in ``<path>.finals``
+    too: it opens, its next observations come from the store's jump ring, not from that side
+    store (whose states here are wrong), and the side store is neither read, changed nor removed."""
+    path = tmp_path / "rb.replay"
+    data = list(batches(1, 200))
+    ours, theirs = twin_buffers(path, 150)
+    for batch in data[:2]:
+        ours.extend(batch)
+        theirs.extend(batch)
+    ours.storage.close()
+    assert os.listdir(tmp_path) == ["rb.replay"]  # this version keeps none
+    # rows for every transition number added, as the old code's get() looked every row up
+    side = write_old_finals(path, [(number, np.full(4, -7.0)) for number in range(1, 101)])
+    before = old_finals_contents(side)
+    resumed = ReplayBuffer(storage=DiskReplayStorage(path, 150), sampler=RandomSampler(), batch_size=16)
+    assert_same(resumed.storage.get(list(range(100))), theirs.storage.get(list(range(100))))
+    for batch in data[2:]:  # wraps the ring: transitions 51 .. 200 are held
+        resumed.extend(batch)
+        theirs.extend(batch)
+    everything = list(range(150))
+    assert_same(resumed.storage.get(everything), theirs.storage.get(everything))
+    torch.manual_seed(0)
+    mine = resumed.sample()
+    torch.manual_seed(0)
+    assert_same(mine, theirs.sample())
+    done = theirs.storage.get(everything)[("next", "done")].numpy().reshape(-1)
+    older = done & (np.arange(150) != resumed.storage.store.head)
+    assert older.any() and resumed.storage.store.get(np.flatnonzero(older), fields="jumps")["jumps"].all()
+    resumed.storage.close()
+    assert old_finals_contents(side) == before
 
 
 def test_a_reopened_storage_resumes_where_it_stopped(tmp_path):
