@@ -267,3 +267,57 @@ def test_the_rules_see_real_imports():
     assert "scripts.bench_fio" in SCRIPT_GRAPH["scripts.bench"]
     used = {groups_of(m)[0] for m in SOURCES if len(groups_of(m)) == 1}
     assert used == set(GROUPS), f"groups with no module: {sorted(set(GROUPS) - used)}"
+
+
+# ---------------------------------------------------------------- rules beyond imports
+PART_NAMES = re.compile(r"\b(W_JUMPS|W_STACKS|JUMPS_FILE|JUMP_STATES_FILE|STACK_[A-Z_]+|PRIORITY_FILE)\b")
+# Modules outside parts/, format/ and verify that still name a part's word or file, each with
+# the hook that will take it (HOUSE.md 4.3); a module leaves the list when its hook moves.
+NAMES_A_PART = {
+    "diskreplay.session.reader": "a reader's committed counts and their validity (Part.snapshot, still_valid)",
+    "diskreplay.session.writer": "an aborted step's counts restored (Part.settle)",
+}
+
+
+def _may_name_parts(module: str) -> bool:
+    return groups_of(module)[0] in ("parts", "format", "verify")
+
+
+@pytest.mark.parametrize("module", sorted(SOURCES))
+def test_only_parts_name_a_parts_file_or_counter_word(module):
+    found = sorted(set(PART_NAMES.findall(open(SOURCES[module]).read())))
+    if _may_name_parts(module) or module in NAMES_A_PART:
+        return
+    assert not found, f"{module} names {found}: ask the part (diskreplay.parts) instead"
+
+
+def test_the_modules_that_still_name_parts_do():
+    for module in NAMES_A_PART:
+        assert PART_NAMES.search(open(SOURCES[module]).read()), f"{module} no longer names a part: drop it"
+
+
+def _project_classes() -> dict[str, set[str]]:
+    """``{class name: names of its bases}`` of every class of the library and the CLI."""
+    classes = {}
+    for path in SOURCES.values():
+        for node in ast.walk(ast.parse(open(path).read())):
+            if isinstance(node, ast.ClassDef):
+                classes.setdefault(node.name, set()).update(
+                    b.id if isinstance(b, ast.Name) else b.attr for b in node.bases
+                    if isinstance(b, (ast.Name, ast.Attribute)))
+    return classes
+
+
+# Classes with more than one project base, each with its reason; mixins for size are not one.
+SEVERAL_BASES = {
+    "Writer": "Flushing is a mixin split off for the line cap: it becomes a Flusher collaborator (issue 34 item 4)",
+    "DiskPrioritizedReplayV4": "SLM-Lab's interface (v4) crossed with the memory kind (prioritized): two axes",
+    "DiskPrioritizedReplayV5": "SLM-Lab's interface (v5) crossed with the memory kind (prioritized): two axes",
+}
+
+
+def test_no_class_inherits_from_more_than_one_project_class():
+    classes = _project_classes()
+    several = {name for name, bases in classes.items() if len(bases & classes.keys()) > 1}
+    assert several <= SEVERAL_BASES.keys(), f"classes with several project bases: {sorted(several - SEVERAL_BASES.keys())}"
+    assert SEVERAL_BASES.keys() <= several, f"no longer several bases, drop: {sorted(SEVERAL_BASES.keys() - several)}"
