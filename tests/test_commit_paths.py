@@ -21,6 +21,7 @@ from diskreplay import DiskReplay, DiskReplayError
 from diskreplay.session import fastadd
 from diskreplay.backends import BACKENDS
 from diskreplay.format.counters import NWORDS, W_BOOT, W_CHECK, W_FLUSH_NS, W_KEY, W_PID
+from diskreplay.testing import counter_words, raw_rows
 
 PER_WRITER_WORDS = {W_KEY, W_CHECK, W_PID, W_BOOT, W_FLUSH_NS}
 FIELDS = {"states": ((3,), "float32"), "actions": ((), "int64"), "rewards": ((), "float32"),
@@ -56,7 +57,7 @@ def step(rng: np.random.Generator, num_envs: int, obs: np.ndarray):
 def store_bytes(buf: DiskReplay) -> dict:
     """The rows of every field as stored, and the bytes of ``ns_buffer.npy`` and
     ``rowsums.npy`` (whole files: HDF5's own structure records creation times)."""
-    out = {name: arr.tobytes() for name, arr in buf._session.storage.arrays.items()}
+    out = {name: arr.tobytes() for name, arr in raw_rows(buf).items()}
     for name in ("ns_buffer.npy", "rowsums.npy", "jumps.npy", "jump_states.npy"):
         with open(os.path.join(buf.path, name), "rb") as f:
             out[name] = f.read()
@@ -110,7 +111,7 @@ class CommitPaths(RuleBasedStateMachine):
     def identical(self):
         if self.tmp is None:
             return
-        a, b = self.fast._session.counters.words, self.general._session.counters.words
+        a, b = counter_words(self.fast), counter_words(self.general)
         for w in range(NWORDS):
             if w not in PER_WRITER_WORDS:
                 assert a[w] == b[w], f"counter word {w}: fast {a[w]}, general {b[w]}"

@@ -31,6 +31,7 @@ from model import ReplayModel
 from diskreplay import DiskReplay
 from diskreplay.backends import BACKENDS
 from diskreplay.errors import InvalidArgumentError, SchemaMismatchError
+from diskreplay.testing import counter_words, part_counts, raw_rows
 
 
 def assert_matches(buf, model):
@@ -168,7 +169,7 @@ def test_one_frame_per_transition_on_disk(tmp_path, backend):
     """The states rows hold one frame, and store.json says so (with frame_stack)."""
     with fill_stacked(str(tmp_path / "s"), backend) as buf:
         assert buf.fields["states"] == ((4,) + FRAME, np.dtype(np.float32))
-        assert buf._session.storage.arrays["states"].shape == (23,) + FRAME
+        assert raw_rows(buf)["states"].shape == (23,) + FRAME
     desc = json.load(open(tmp_path / "s" / "store.json"))
     assert desc["frame_stack"] == 4 and desc["fields"]["states"]["shape"] == list(FRAME)
 
@@ -230,7 +231,7 @@ def test_frames_stored_once(tmp_path):
         nxt = np.concatenate([cur[:, 1:], rng.integers(0, 255, (n, 1, 64, 64), dtype=np.uint8)], axis=1)
         buf.add(cur, np.zeros(n, np.int64), np.zeros(n, np.float32), nxt, np.zeros(n, bool))
         cur = nxt
-    assert buf._session.scount == n  # only the first states are whole
+    assert part_counts(buf)["stacks"] == n  # only the first states are whole
     buf.close()
     states_bytes = os.path.getsize(tmp_path / "s" / "states.npy")
     assert states_bytes < m * 64 * 64 + 4096
@@ -326,7 +327,7 @@ def test_gymnasium_frame_stack_pipeline(tmp_path, backend):
             assert batch["actions"][slot] == a and batch["dones"][slot] == term
         if buf is not store:
             buf.close()
-    assert store._session.scount < 150  # continuing states stored one frame each
+    assert part_counts(store)["stacks"] < 150  # continuing states stored one frame each
     rec.close()
     store.close()
 
@@ -486,7 +487,7 @@ class StackCommitPaths(RuleBasedStateMachine):
         from diskreplay.format.counters import NWORDS
         if self.tmp is None:
             return
-        a, b = self.fast._session.counters.words, self.general._session.counters.words
+        a, b = counter_words(self.fast), counter_words(self.general)
         for w in range(NWORDS):
             if w not in PER_WRITER_WORDS:
                 assert a[w] == b[w], f"counter word {w}"

@@ -35,6 +35,8 @@ GROUPS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     # readers open stores through the facade and read through its public API; never a session or a part
     "readers": (("views", "stats", "export."), _BELOW_READERS + ("format", "backends", "streams", "store")),
     "api": (("diskreplay",), ("errors", "store")),
+    # a few functions for tests instead of private names; it reads the facade's session
+    "testing": (("testing",), ("errors", "core", "store")),
     "integrations": (("sb3", "torchrl", "gym", "envspaces", "demo", "slm.", "ray."),
                      ("api", "errors", "core", "store", "readers", "streams", "parts")),
     "cli": (("cli.",), ("api", "readers", "streams", "verify", "errors", "backends")),

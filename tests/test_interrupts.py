@@ -12,6 +12,7 @@ import pytest
 
 import diskreplay
 from diskreplay import DiskReplay, DiskReplayError, RecoveryWarning
+from diskreplay.testing import ring_state
 from interrupt_common import PATHS, add_step, check_whole, create, step
 from line_injector import LineInjector
 
@@ -70,7 +71,7 @@ def test_exception_at_every_line_keeps_every_acknowledged_transition(tmp_path, b
     try:
         for at in range(1, probe.lines + 1):
             _prepare(buf, path)
-            acked, acked_base = buf.seen_size, buf._session.state().base
+            acked, acked_base = buf.seen_size, ring_state(buf).base
             before = acked
             injector = LineInjector(at, exc)
             with pytest.raises((exc, DiskReplayError)):
@@ -86,7 +87,7 @@ def test_exception_at_every_line_keeps_every_acknowledged_transition(tmp_path, b
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", RecoveryWarning)  # a close cut short recovers
                 buf = DiskReplay.open(store)
-            state = buf._session.state()
+            state = ring_state(buf)
             n = buf.num_envs
             if op == "reset":
                 assert state.base in (acked_base, before), (at, state)  # reset or not, never half

@@ -19,6 +19,7 @@ import pytest
 import crash_common
 from diskreplay import CorruptStoreError, DiskReplay, SchemaMismatchError
 from diskreplay.format.counters import W_JUMPS
+from diskreplay.testing import counter_words, part_counts
 from diskreplay.verify import verify_store
 from format1_store import steps as format1_steps
 
@@ -78,7 +79,7 @@ def test_every_next_state_is_the_one_given(tmp_path, backend, num_envs, max_size
         for _ in range(4 * max_size // num_envs + 3):  # wraps several times
             episodes.add(buf)
             assert_exact(buf, episodes)
-        assert buf._session.jcount > 0, "autoresets were recorded in the jump ring"
+        assert part_counts(buf)["jumps"] > 0, "autoresets were recorded in the jump ring"
     with DiskReplay.open(path, mode="r") as ro:
         assert_exact(ro, episodes)
     with DiskReplay.open(path) as buf:  # reopened for writing: detection goes on from the ns_buffer
@@ -96,7 +97,7 @@ def test_a_chained_store_records_no_jumps(tmp_path, backend):
     with DiskReplay.create(tmp_path / "s", 10, num_envs=3, backend=backend, fields=fields) as buf:
         for _ in range(12):
             episodes.add(buf)
-        assert buf._session.jcount == 0
+        assert part_counts(buf)["jumps"] == 0
         assert_exact(buf, episodes)
     info = os.stat(tmp_path / "s" / "jump_states.npy")
     assert info.st_size > 10 * 16384 and info.st_blocks * 512 <= 4096  # sparse: no row was written
@@ -108,12 +109,12 @@ def test_jumps_after_reset_and_on_the_first_step(tmp_path, backend):
     with DiskReplay.create(tmp_path / "s", 8, num_envs=2, backend=backend, fields=FIELDS) as buf:
         for _ in range(3):
             episodes.add(buf)
-        assert buf._session.jcount == 4  # steps 2 and 3 jumped for both envs: transitions 1-4
+        assert part_counts(buf)["jumps"] == 4  # steps 2 and 3 jumped for both envs: transitions 1-4
         buf.reset()
         for _ in range(6):
             episodes.add(buf)
             assert_exact(buf, episodes)
-        assert buf._session.jcount == 4 + 10
+        assert part_counts(buf)["jumps"] == 4 + 10
 
 
 def test_the_jump_ring_forces_a_flush_before_it_outgrows_its_room(tmp_path, backend):
@@ -223,14 +224,14 @@ def test_a_writer_killed_after_recording_jumps(tmp_path, backend, num_envs):
     assert proc.returncode == -9, proc.stderr
     acknowledged = 13 * num_envs
     with DiskReplay.open(store, mode="r") as ro:  # the dead writer's store, as recovery would leave it
-        committed = ro._session.jcount
-        assert int(ro._session.counters.words[W_JUMPS]) == committed + num_envs
+        committed = part_counts(ro)["jumps"]
+        assert int(counter_words(ro)[W_JUMPS]) == committed + num_envs
         assert crash_common.store_problems(ro, min_seen=acknowledged, max_seen=acknowledged) == []
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         buf = DiskReplay.open(store)
     try:
-        assert buf._session.jcount == committed
+        assert part_counts(buf)["jumps"] == committed
         assert crash_common.store_problems(buf, min_seen=acknowledged, max_seen=acknowledged) == []
         for t in range(acknowledged + 1, acknowledged + 1 + 20 * num_envs, num_envs):
             crash_common.add_step(buf, t)
@@ -286,7 +287,7 @@ def test_a_format1_store_is_upgraded_by_its_next_writer(tmp_path, backend):
         for _ in range(7):  # overwrites every old row
             episodes.add(buf)
         assert_exact(buf, episodes)
-        assert buf._session.jcount >= 2
+        assert part_counts(buf)["jumps"] >= 2
     with DiskReplay.open(path, mode="r") as ro:
         assert ro.format_version == 2
         assert_exact(ro, episodes)
@@ -379,7 +380,7 @@ def test_states_are_compared_by_their_bytes(tmp_path, backend, num_envs):
         for states, nexts in steps:
             args = [states, np.zeros(n, np.int64), np.zeros(n, np.float32), nexts, np.zeros(n, bool)]
             buf.add(*([v[0] for v in args] if n == 1 else args))
-        assert buf._session.jcount == n  # only the -0.0 step: transitions of step 3
+        assert part_counts(buf)["jumps"] == n  # only the -0.0 step: transitions of step 3
         got = buf.get(np.arange(4 * n))["next_states"]
         want = np.concatenate([np.broadcast_to(nexts, (n, 2, 3)) for _, nexts in steps])
         assert got.tobytes() == want.tobytes()

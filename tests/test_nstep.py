@@ -23,6 +23,7 @@ from diskreplay import DiskReplay, InvalidArgumentError, NStepTooLargeError, Rec
 from diskreplay.core import ring
 from diskreplay.backends import BACKENDS
 from diskreplay.core.nstep import max_n_step
+from diskreplay.testing import ring_state
 
 
 def nstep_fields(reward_dtype="float32", reward_shape=(), truncation=True) -> dict:
@@ -286,13 +287,13 @@ def test_bad_n_step_arguments_are_refused_before_anything_moves(tmp_path, backen
     with DiskReplay.create(tmp_path / "s", 10, num_envs=3, backend=backend, seed=2, fields=FIELDS) as buf:
         add_steps(buf, 4)
         before = buf.get(np.arange(10))
-        state = buf._session.state()
+        state = ring_state(buf)
         for call in (lambda: buf.sample(4, **kwargs), lambda: buf.get([0, 1], **kwargs),
                      lambda: buf.batches(4, **kwargs)):
             with pytest.raises(error) as info:
                 call()
             assert message in str(info.value)
-        assert buf._session.state() == state  # the sampler did not advance
+        assert ring_state(buf) == state  # the sampler did not advance
         assert buf.get([1], n_step=4, gamma=0.5)["discounts"].dtype == np.float32  # the largest that fits
         after = buf.get(np.arange(10))
         for key in before:

@@ -17,6 +17,7 @@ from diskreplay.backends import BACKENDS
 from diskreplay.errors import (DiskReplayError, IndexOutOfRangeError, InvalidArgumentError, InvalidPriorityError,
                                NotPrioritizedError, ReadOnlyError)
 from diskreplay.parts.priorities.tree import SumTree
+from diskreplay.testing import ring_state
 from fields import cartpole_fields, step_values
 from prio_model import PriorityModel
 
@@ -167,7 +168,7 @@ def _snapshot(buf):
     files = {name: open(os.path.join(path, name), "rb").read() for name in sorted(os.listdir(path))
              if name != "lock"}
     tree = buf._session.prio.tree
-    return files, [a.copy() for a in tree.sums], buf._session.state()
+    return files, [a.copy() for a in tree.sums], ring_state(buf)
 
 
 BAD_UPDATES = [
@@ -208,21 +209,21 @@ def test_bad_updates_leave_store_and_tree_exactly_as_they_were(tmp_path, backend
 def test_beta_outside_0_1_is_refused_before_the_sampler_moves(tmp_path, backend, beta):
     with make(tmp_path / "s", backend) as buf:
         fill(buf, 5)
-        draws = buf._session.state().draws
+        draws = ring_state(buf).draws
         with pytest.raises(InvalidArgumentError, match="beta"):
             buf.sample(4, beta=beta)
-        assert buf._session.state().draws == draws
+        assert ring_state(buf).draws == draws
 
 
 def test_uniform_stores_refuse_update_priorities_and_beta(tmp_path, backend):
     with DiskReplay.create(tmp_path / "u", 10, backend=backend, seed=1) as buf:
         fill(buf, 5)
-        draws = buf._session.state().draws
+        draws = ring_state(buf).draws
         with pytest.raises(NotPrioritizedError, match="prioritized=True"):
             buf.update_priorities([0], [1.0])
         with pytest.raises(NotPrioritizedError, match="beta"):
             buf.sample(4, beta=0.4)
-        assert buf._session.state().draws == draws
+        assert ring_state(buf).draws == draws
         assert "weights" not in buf.sample(4) and "priorities" not in buf.get([0])
         assert not buf.prioritized and buf.alpha is None
 

@@ -12,6 +12,7 @@ from diskreplay import DiskReplay
 from diskreplay.backends import BACKENDS
 from diskreplay.errors import InvalidArgumentError, StoreIOError
 from diskreplay.disk.rowreader import PAGE, RowReader, _page_ranges, page_cached
+from diskreplay.testing import raw_rows
 
 
 def _store_with_rows(tmp_path, backend, rows=64):
@@ -33,7 +34,7 @@ def test_rowreader_gathers_what_fancy_indexing_gives(tmp_path, backend, options)
     try:
         idxs = np.array([5, 63, 0, 5, 17, 17, 2, 40, 63, 1])  # unsorted, with duplicates, both ends
         with RowReader(**options) as reader:
-            for name, arr in buf._session.storage.arrays.items():
+            for name, arr in raw_rows(buf).items():
                 fd, offset, row_bytes = buf._session.storage.locations[name]
                 out = np.empty((len(idxs),) + arr.shape[1:], arr.dtype)
                 assert reader.gather(fd, offset, row_bytes, idxs, out) is out
@@ -42,9 +43,9 @@ def test_rowreader_gathers_what_fancy_indexing_gives(tmp_path, backend, options)
             for f in buf._session.storage.files:
                 os.posix_fadvise(f.fd, 0, 0, os.POSIX_FADV_DONTNEED)
             requests = [buf._session.storage.locations[name] + (idxs[::-1], np.empty((len(idxs),) + arr.shape[1:], arr.dtype))
-                        for name, arr in buf._session.storage.arrays.items()]
+                        for name, arr in raw_rows(buf).items()]
             outs = reader.gather_many(requests)
-            for (name, arr), out in zip(buf._session.storage.arrays.items(), outs):
+            for (name, arr), out in zip(raw_rows(buf).items(), outs):
                 np.testing.assert_array_equal(out, arr[idxs[::-1]], err_msg=name)
             empty = np.empty((0, 3, 5), np.float32)
             assert reader.gather(*buf._session.storage.locations["states"], [], empty) is empty

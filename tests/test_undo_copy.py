@@ -26,6 +26,7 @@ from diskreplay.format import crcjoin
 from diskreplay.session import flushing
 from diskreplay.format.checkpoint import HEADER_BYTES, CheckpointFile
 from diskreplay.session.undocopy import UndoCopy
+from diskreplay.testing import raw_rows
 
 
 @pytest.mark.parametrize("join", [crcjoin.join, crcjoin.join_python], ids=["as built", "python"])
@@ -116,8 +117,8 @@ def test_copied_ahead_or_not_the_checkpoints_are_the_same(tmp_path, monkeypatch,
     assert len(copied) > 10 * max_size // num_envs // flush_every  # the adds did copy ahead
     a, b = stores.values()
     assert (a.seen_size, a.size) == (b.seen_size, b.size) and a.seen_size == seen
-    for name, rows in a._session.storage.arrays.items():
-        assert np.array_equal(rows, b._session.storage.arrays[name]), name
+    for name, rows in raw_rows(a).items():
+        assert np.array_equal(rows, raw_rows(b)[name]), name
     for buf in stores.values():
         buf.flush()
         checked, bad = buf.verify_rows()

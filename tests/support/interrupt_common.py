@@ -5,6 +5,7 @@ transition a store holds is whole and equal to the one that was added."""
 import numpy as np
 
 from diskreplay import DiskReplay
+from diskreplay.testing import ring_state
 
 STATE_SHAPE = (3,)
 
@@ -62,7 +63,7 @@ def add_step(buf: DiskReplay, name: str) -> int:
 def check_whole(buf: DiskReplay, name: str) -> None:
     """Every slot holds the transition its position says, whole, next state included."""
     kwargs, extras, _ = PATHS[name]
-    state = buf._session.state()
+    state = ring_state(buf)
     seen, base, size, m = state.seen, state.base, buf.size, buf.max_size
     if size == 0:
         return

@@ -1,0 +1,44 @@
+"""A small testing surface for code that checks a store from the inside (diskreplay's own
+tests, and users testing their integrations), as ``zarr.testing`` is zarr's: a few functions
+instead of private attributes, so that the machinery can move without breaking tests that
+are not about it. Everything returned is a copy or a read-only view."""
+from __future__ import annotations
+
+import numpy as np
+
+from .core.ring import RingState
+from .store import DiskReplay
+
+
+def ring_state(buf: DiskReplay) -> RingState:
+    """The ring's state as the open session holds it: ``seen``, ``base``, ``draws``, ``resets``."""
+    return buf._session.state()
+
+
+def raw_rows(buf: DiskReplay) -> dict[str, np.ndarray]:
+    """Every field's rows as stored (one frame a row in a frame-stack store; the backend's
+    row order), read-only views of the files."""
+    views = {}
+    for name, rows in buf._session.storage.arrays.items():
+        view = rows.view()
+        view.flags.writeable = False
+        views[name] = view
+    return views
+
+
+def counter_words(buf: DiskReplay) -> np.ndarray:
+    """A copy of the live counter words of ``meta.bin`` (FORMAT.md: "meta.bin")."""
+    return np.array(buf._session.counters.words, copy=True)
+
+
+def part_counts(buf: DiskReplay) -> dict[str, int]:
+    """The records the session counts as committed in each side ring: ``jumps`` (the jump
+    ring) and, in a frame-stack store, ``stacks`` (the stack ring)."""
+    session = buf._session
+    counts = {"jumps": int(session.jcount)}
+    if buf.frame_stack:
+        counts["stacks"] = int(session.scount)
+    return counts
+
+
+__all__ = ["counter_words", "part_counts", "raw_rows", "ring_state"]
