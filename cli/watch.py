@@ -58,8 +58,11 @@ def render(path: str, state: dict, interval: float) -> list[str]:
              ("returns", shown)]
     if state["recent_returns"]:
         pairs.append(("newest", " ".join(fmt_numbers(state["recent_returns"]))))
-    title = f"{path}  every {interval:g} s, Ctrl-C quits  {time.strftime('%H:%M:%S')}"
-    return [title[:terminal_width()]] + kv_lines(pairs)
+    tail = f"  every {interval:g} s, Ctrl-C quits  {time.strftime('%H:%M:%S')}"
+    room = terminal_width() - len(tail)
+    # A long path loses its start, not the store's name at its end.
+    shown = path if len(path) <= room else "…" + path[len(path) - max(room - 1, 12):]
+    return [shown + tail] + kv_lines(pairs)
 
 
 def watch_store(path: str, interval: float, count: int | None, as_json: bool, keep: int) -> None:

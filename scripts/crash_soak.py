@@ -1,4 +1,4 @@
-"""Soak test: the random-SIGKILL loop of ``tests/test_crash.py``, for long runs outside CI.
+"""Soak test: the random-SIGKILL loop of ``tests/durability/test_crash.py``, for long runs outside CI.
 
     PYTHONPATH=tests/support python scripts/crash_soak.py --kills 5000
     PYTHONPATH=tests/support python scripts/crash_soak.py --minutes 30 --backend hdf5 --num-envs 4 --max-size 37

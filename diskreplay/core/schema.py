@@ -13,7 +13,7 @@ CORE_FIELDS = ("states", "actions", "rewards", "dones")
 # Names a field may not take, with what uses them: a store file (``<name>.npy`` of the
 # memmap backend would be the same file), a key of the batches, episodes and exports the
 # library returns, or a key the CLI adds to its JSON. One list, checked at ``create`` and
-# at the first, inferring ``add`` (``check_field_name``); tests/test_hostile.py tries each.
+# at the first, inferring ``add`` (``check_field_name``); tests/durability/test_hostile.py tries each.
 RESERVED_NAMES = {
     "next_states": "the next states derived from 'states' in every batch",
     "ns_buffer": "the store file ns_buffer.npy",

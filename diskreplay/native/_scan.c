@@ -5,7 +5,7 @@
  * a byte together) and np.bincount copies its input as intp first (2.75 ns a byte); here
  * each is one pass the compiler vectorizes, with the GIL released, so a reader thread can
  * copy the next block meanwhile. Results are exact integers, equal to numpy's by
- * construction (tests/test_smallints.py checks both ways on the same data). Inputs come by the
+ * construction (tests/unit/test_smallints.py checks both ways on the same data). Inputs come by the
  * buffer protocol (C-contiguous), read as raw elements of the kind named by a format
  * letter: 'B' uint8 (bools too), 'b' int8, 'H' uint16, 'h' int16.
  */

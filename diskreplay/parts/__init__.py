@@ -3,7 +3,7 @@
 
 :data:`PARTS` is the one list of them; the directory, create, open, verify and the
 reserved names loop over it. A new part is one module here plus its contract tests
-(``tests/test_parts.py``)."""
+(``tests/features/test_parts.py``)."""
 from __future__ import annotations
 
 from .base import Geometry, Part

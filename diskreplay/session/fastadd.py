@@ -16,7 +16,7 @@ a flush, reset or general add of this thread is running (``busy``: from a signal
 handler) go through the general path. An exception
 part-way (Ctrl-C, a signal handler's ``sys.exit``) settles the step (``Writer.settle``)
 before it propagates.
-``tests/test_commit_paths.py`` proves both paths byte-identical.
+``tests/features/test_commit_paths.py`` proves both paths byte-identical.
 """
 from __future__ import annotations
 

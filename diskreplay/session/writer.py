@@ -17,7 +17,7 @@ flushes first. ``flush()`` syncs every data file, then writes a new checkpoint
 
 The two fast adds (``fastadd.py``, chosen by ``bind_add``) perform the same three steps
 inline, because a call per step would cost a measurable share of an add;
-``tests/test_commit_paths.py`` proves them byte-identical to the general path.
+``tests/features/test_commit_paths.py`` proves them byte-identical to the general path.
 Flushing and checkpoint writing live in ``flushing.py`` (``Flushing``, a part of ``Writer``).
 """
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The SIGKILL loop shared by ``tests/test_crash.py`` and ``scripts/crash_soak.py``.
+"""The SIGKILL loop shared by ``tests/durability/test_crash.py`` and ``scripts/crash_soak.py``.
 
 Each round starts ``crash_child.py`` on the same store, lets it write (or, now and
 then, kills it while it is still starting up or recovering), sends it SIGKILL at a
@@ -109,17 +109,28 @@ def run_kill_loop(workdir: str, backend: str, num_envs: int, *, kills: int | Non
             if rng.random() < 0.15:
                 time.sleep(rng.uniform(0.0, 0.3))  # startup, recovery or the first adds
             else:
+                # The kill instant: a random time after the child's first acknowledgement, but
+                # never before ``floor`` more adds landed, so that the loop progresses as far
+                # on a slow or busy machine as on a fast one (the tests assert the ring
+                # wrapped); the floor is drawn from the seeded rng, not from the clock.
+                floor = rng.randrange(0, 2 * max_size)
                 t0 = time.monotonic()
-                ready = False
-                while not ready:
+                ready, landed, slept = False, 0, False
+                while True:
                     lines = acks.new_lines()
                     take(lines)
-                    ready = any(line.startswith("ready ") for line in lines)
-                    if not ready:
-                        if child.poll() is not None or time.monotonic() - t0 > 120:
-                            break
-                        time.sleep(0.002)
-                time.sleep(rng.uniform(0.0, 0.08))
+                    ready = ready or any(line.startswith("ready ") for line in lines)
+                    landed += sum(1 for line in lines if line.strip() and not line.startswith("ready "))
+                    if ready and not slept:
+                        time.sleep(rng.uniform(0.0, 0.08))
+                        slept = True
+                        continue
+                    if ready and landed >= floor:
+                        break
+                    if child.poll() is not None or time.monotonic() - t0 > 120:
+                        break
+                    time.sleep(0.002)
+                time.sleep(rng.uniform(0.0, 0.005))
         finally:
             child.send_signal(signal.SIGKILL)
             child.wait()

@@ -1,4 +1,4 @@
-"""Stores for the interruption tests (tests/test_interrupts.py, tests/support/sigterm_child.py):
+"""Stores for the interruption tests (tests/durability/test_interrupts.py, tests/support/sigterm_child.py):
 one per add path, deterministic steps whose next states chain (the next state of transition
 ``t`` is the state of ``t + num_envs``, as an env gives them), and a check that every
 transition a store holds is whole and equal to the one that was added."""

@@ -1,4 +1,4 @@
-"""SIGKILL target of ``tests/test_parts.py``: opens (or creates) a store of one part kind and
+"""SIGKILL target of ``tests/features/test_parts.py``: opens (or creates) a store of one part kind and
 adds steps until killed, printing ``seen_size`` after each acknowledged step.
 
     python part_child.py KIND BACKEND PATH

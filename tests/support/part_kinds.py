@@ -1,4 +1,4 @@
-"""Stores that have each part, made and filled the same way by ``tests/test_parts.py`` and
+"""Stores that have each part, made and filled the same way by ``tests/features/test_parts.py`` and
 its SIGKILL child (``part_child.py``)."""
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Child of ``tests/test_prioritized_crash.py``: opens a prioritized store and runs the
+"""Child of ``tests/durability/test_prioritized_crash.py``: opens a prioritized store and runs the
 deterministic operation stream ``prio_ops(i)`` (updates, adds, flushes), printing ``i``
 after operation ``i`` returned, until it is killed."""
 from __future__ import annotations

@@ -3,7 +3,7 @@
 8 steps add transitions 1..16, of which 7..16 remain. Transition t has states [t, t, t],
 actions t, rewards t/2, log_probs -t, next state [t+2]*3 (the state of the same env's next
 transition) and is done for t in DONES. Transition t lives in slot (t - 1) % 10 and belongs
-to env (t - 1) % 2. Used by tests/test_cli.py and tests/test_readme.py.
+to env (t - 1) % 2. Used by tests/cli/test_cli.py and tests/docs/test_readme.py.
 """
 import numpy as np
 

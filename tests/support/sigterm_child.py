@@ -1,4 +1,4 @@
-"""Real SIGTERMs into the README's preemption recipe (issue 13), run by tests/test_interrupts.py:
+"""Real SIGTERMs into the README's preemption recipe (issue 13), run by tests/durability/test_interrupts.py:
 
     python sigterm_child.py DIR BACKEND SIGNALS SEED [EARLY_BYTES]
 

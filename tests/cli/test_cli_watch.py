@@ -19,6 +19,7 @@ import pytest
 from diskreplay import DiskReplay
 from diskreplay.backends import BACKENDS
 from diskreplay.stats import RecentReturns
+from diskreplay.cli.watch import render
 
 ENTRY = Path(sys.executable).with_name("diskreplay")
 EPISODE = 5  # every env's episodes last 5 steps and earn 1 a step (2 on env 1): returns 5 and 10
@@ -98,7 +99,9 @@ def test_watch_quits_cleanly_on_ctrl_c_and_never_writes(tmp_path):
     proc = subprocess.Popen([str(ENTRY), "watch", str(path), "--interval", "0.1"], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     try:
-        assert proc.stdout.readline().startswith(str(path))  # the first view is out
+        first = proc.stdout.readline()  # the first view is out; a long path lost its start, not its end
+        shown = first.split("  every 0.1 s, Ctrl-C quits  ")[0]
+        assert "Ctrl-C quits" in first and str(path).endswith(shown.lstrip("…")) and len(shown) > 12, first
         time.sleep(0.5)
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=30)
@@ -108,6 +111,17 @@ def test_watch_quits_cleanly_on_ctrl_c_and_never_writes(tmp_path):
     assert "Traceback" not in err and "Aborted" not in err
     assert "seen_size   60" in out and "ended in the 50 rows read" in out
     assert digest(path) == before
+
+
+def test_a_long_path_keeps_the_store_name_in_the_title(monkeypatch):
+    monkeypatch.setenv("COLUMNS", "80")
+    state = {"writer_alive": False, "last_flush": None, "seen_size": 0, "size": 0, "max_size": 5, "head": 0,
+             "adds_per_s": None, "returns": {"count": 0, "finite": 0, "ended": 0, "rows_read": 0},
+             "recent_returns": []}
+    path = "/" + "d" * 100 + "/pong.replay"
+    title = render(path, state, 2.0)[0]
+    assert len(title) == 80 and title.startswith("…") and "/pong.replay  every 2 s, Ctrl-C quits" in title
+    assert render("/s.replay", state, 2.0)[0].startswith("/s.replay  every 2 s")
 
 
 def test_watch_refuses_what_is_not_a_store(tmp_path):

@@ -1,6 +1,7 @@
 """Prioritized stores killed with ``kill -9`` during update loops (real processes), and
-power-cut images (``test_power_loss``'s recorder): no acknowledged update lost, no torn
-tree, and after a power cut exactly the priorities of the last flush."""
+power-cut images (``test_power_loss``'s recorder), Ctrl-C at every line of ``reset``: no
+acknowledged update lost, no torn tree, and after a power cut exactly the priorities of the
+last flush."""
 from __future__ import annotations
 
 import os
@@ -25,8 +26,9 @@ from fields import cartpole_fields, step_values
 from prio_crash_child import prio_op
 from prio_model import PriorityModel
 from test_power_loss import IMAGES_PER_CRASH, PowerLossRecorder, crash_image
+import paths
 
-SUPPORT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "support")
+SUPPORT = paths.SUPPORT
 CHILD = os.path.join(SUPPORT, "prio_crash_child.py")
 MAX_SIZE = 50
 
@@ -253,3 +255,39 @@ def test_a_reader_samples_by_priority_beside_a_writer_process(tmp_path, backend)
         os.kill(child.pid, signal.SIGKILL)
         child.wait()
     assert child.returncode == -signal.SIGKILL, child.stderr.read()
+
+
+def test_a_reset_cut_short_at_any_line_keeps_the_priorities_with_the_rows(tmp_path, backend):
+    """Ctrl-C at every line of ``reset``: either the reset happened (no rows, no priorities)
+    or it did not, and then every priority is as before, in the tree, the live dataset and
+    after reopening."""
+    from line_injector import LineInjector
+
+    def prepared(path):
+        buf = DiskReplay.create(path, 20, backend=backend, fields=cartpole_fields(), prioritized=True, seed=5)
+        for t in range(1, 26):
+            buf.add(*step_values(t))
+        buf.update_priorities(np.arange(20), np.arange(20.0) + 1)
+        return buf
+
+    with prepared(tmp_path / "probe") as buf:
+        probe = LineInjector()
+        probe.run(buf.reset)
+    assert probe.lines > 5
+    for at in range(1, probe.lines + 1):
+        path = tmp_path / f"s{at}"
+        buf = prepared(path)
+        before = buf.get(np.arange(buf.size))["priorities"]
+        with pytest.raises(KeyboardInterrupt):
+            LineInjector(at).run(buf.reset)
+            raise KeyboardInterrupt  # the line count is exact: never reached
+        prio = buf._session.prio
+        assert prio.tree.problems() == []
+        if buf.size:
+            np.testing.assert_array_equal(buf.get(np.arange(buf.size))["priorities"], before, err_msg=f"line {at}")
+            np.testing.assert_array_equal(np.asarray(prio.live), before)
+        buf.close()
+        with DiskReplay.open(path) as again:
+            assert again.size in (0, 20)
+            if again.size:
+                np.testing.assert_array_equal(again.get(np.arange(again.size))["priorities"], before, err_msg=f"line {at}, reopened")

@@ -115,7 +115,7 @@ def crash_image(durable: dict, current: dict, rng: random.Random) -> dict:
 def run_workload(store: str, backend: str, num_envs: int, rng: random.Random, monkeypatch,
                  remove_data_barrier: bool = False, flush_every: int | None = None,
                  frame_stack: int | None = None, max_size: int = 37, early_bytes: int | None = None) -> PowerLossRecorder:
-    """``frame_stack``: a frame-stack store (``crash_common.stack_step_args``), for tests/test_frame_stack.py
+    """``frame_stack``: a frame-stack store (``crash_common.stack_step_args``), for tests/features/test_frame_stack.py
     (``max_size`` a multiple of ``num_envs``: its frames env-major). ``early_bytes``: the writer's
     early work after every ``early_bytes`` of rows (undo rows copied ahead, ``undocopy.py``);
     its default (1 MiB) never comes in these small stores."""

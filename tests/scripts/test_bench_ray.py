@@ -3,8 +3,9 @@ import json
 import os
 import subprocess
 import sys
+import paths
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = paths.ROOT
 
 
 def test_quick_ray_benchmark_reports_every_system_and_figure(tmp_path):

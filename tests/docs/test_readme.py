@@ -38,8 +38,9 @@ import numpy as np
 import pytest
 
 from readme_store import make_store
+import paths
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(paths.ROOT)
 README = ROOT / "README.md"
 BIN = Path(sys.executable).parent
 MAX_LEFT_BYTES = 64 << 20

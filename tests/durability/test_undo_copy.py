@@ -3,8 +3,8 @@ bytes whether its adds copied the next checkpoint's undo rows ahead or the flush
 them all, whatever comes between (explicit flushes off the plan, resets, a ring end inside
 a step, frame stacks laid out env-major); the body CRC joined from per-field CRCs
 (``crcjoin.py``) is zlib's; and a close() from a signal handler in the middle of a copy
-stops it. Crash images and kill -9 while copying ahead: tests/test_power_loss.py and
-tests/test_crash.py."""
+stops it. Crash images and kill -9 while copying ahead: tests/durability/test_power_loss.py and
+tests/durability/test_crash.py."""
 from __future__ import annotations
 
 import os
@@ -54,7 +54,7 @@ def test_join_is_the_crc_of_the_concatenation(join):
 
 def test_the_built_join_is_in_use():
     """Where ``_rows`` is built, the flush joins in C (Python's join costs line events by the
-    thousand: tests/test_interrupts.py injects at every one)."""
+    thousand: tests/durability/test_interrupts.py injects at every one)."""
     from diskreplay.format.rowsums import implementation
 
     if implementation() == "C":

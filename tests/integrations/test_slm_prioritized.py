@@ -14,8 +14,9 @@ import pytest
 from diskreplay.errors import InvalidPriorityError, MemorySpecError, StoreMismatchError
 from diskreplay.slm import DiskPrioritizedReplay, DiskPrioritizedReplayV4, DiskPrioritizedReplayV5
 from slm_stubs import args_of, kwargs_of, make_agent, make_body, spec, transition
+import paths
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = paths.ROOT
 
 
 def _load_script(name):

@@ -1,7 +1,7 @@
 """ShardedReplay on a Ray cluster of two nodes (``ray.cluster_utils.Cluster``: two raylets on
 this machine, each a node with its own id): shards run on the nodes ``nodes`` names, their
 env runners write there, and the learner samples the union. A module of its own because it
-needs its own Ray session (tests/test_ray.py keeps one ``ray.init`` for its module)."""
+needs its own Ray session (tests/integrations/test_ray.py keeps one ``ray.init`` for its module)."""
 from __future__ import annotations
 
 import numpy as np

@@ -8,8 +8,9 @@ import subprocess
 import sys
 
 import numpy as np
+import paths
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = paths.ROOT
 
 # the other libraries, each measured when installed (the [bench] and [test] extras install them)
 PEER_MODULES = {"sb3": ("stable_baselines3", "gymnasium", "torch"),

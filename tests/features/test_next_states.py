@@ -22,9 +22,10 @@ from diskreplay.format.counters import W_JUMPS
 from diskreplay.testing import counter_words, part_counts
 from diskreplay.verify import verify_store
 from format1_store import steps as format1_steps
+import paths
 
 SUPPORT = os.path.dirname(os.path.abspath(crash_common.__file__))
-DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
+DATA = paths.DATA
 FIELDS = {"states": ((2, 3), "float32"), "actions": ((), "int64"), "rewards": ((), "float32"), "dones": ((), "bool")}
 
 

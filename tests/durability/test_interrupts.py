@@ -15,6 +15,7 @@ from diskreplay import DiskReplay, DiskReplayError, RecoveryWarning
 from diskreplay.testing import ring_state
 from interrupt_common import PATHS, add_step, check_whole, create, step
 from line_injector import LineInjector
+import paths
 
 
 
@@ -143,7 +144,7 @@ def test_real_sigterms_into_the_readme_recipe_tear_nothing(tmp_path, backend, si
     import json
     import subprocess
 
-    support = os.path.join(os.path.dirname(__file__), "support")
+    support = paths.SUPPORT
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([support, os.environ.get("PYTHONPATH", "")]))
     extra = [] if early_bytes is None else [str(early_bytes)]
     proc = subprocess.run([sys.executable, os.path.join(support, "sigterm_child.py"), str(tmp_path), backend,

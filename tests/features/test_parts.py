@@ -30,8 +30,9 @@ from diskreplay.parts.priorities.files import PrioritiesPart
 from diskreplay.parts.stacks.ring import Stacks
 from diskreplay.session.files import data_file_names
 from diskreplay.verify import verify_store
+import paths
 
-CHILD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "support", "part_child.py")
+CHILD = os.path.join(paths.SUPPORT, "part_child.py")
 FIXED = {"store.json", "meta.bin", "lock", "ns_buffer.npy", "rowsums.npy", "checkpoint.bin"}
 
 

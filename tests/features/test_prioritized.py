@@ -448,7 +448,7 @@ def test_info_shows_alpha_and_epsilon_and_the_cli_samples_with_weights(tmp_path,
         assert out.exit_code == 0, out.output
         data = json.loads(out.output)
         assert (data["prioritized"], data["alpha"], data["epsilon"]) == (True, 0.5, 0.01)
-        assert data["priority_tree"] == "C"  # the install builds the extension (tests/test_sumtree_native.py)
+        assert data["priority_tree"] == "C"  # the install builds the extension (tests/unit/test_sumtree_native.py)
         text = runner.invoke(main, ["info", buf.path]).output
         assert "alpha           0.5" in text and "epsilon         0.01" in text
         assert "priority_tree   C" in text
@@ -572,38 +572,3 @@ def test_get_fields_reads_priorities_in_the_order_asked(tmp_path, backend):
         fill(uniform, 5)
         with pytest.raises(InvalidArgumentError, match="priorities"):
             uniform.get([0], fields=["priorities"])
-
-
-def test_a_reset_cut_short_at_any_line_keeps_the_priorities_with_the_rows(tmp_path, backend):
-    """Ctrl-C at every line of ``reset``: either the reset happened (no rows, no priorities)
-    or it did not, and then every priority is as before, in the tree, the live dataset and
-    after reopening."""
-    from line_injector import LineInjector
-
-    def prepared(path):
-        buf = make(path, backend, max_size=20)
-        fill(buf, 25)
-        buf.update_priorities(np.arange(20), np.arange(20.0) + 1)
-        return buf
-
-    with prepared(tmp_path / "probe") as buf:
-        probe = LineInjector()
-        probe.run(buf.reset)
-    assert probe.lines > 5
-    for at in range(1, probe.lines + 1):
-        path = tmp_path / f"s{at}"
-        buf = prepared(path)
-        before = all_priorities(buf)
-        with pytest.raises(KeyboardInterrupt):
-            LineInjector(at).run(buf.reset)
-            raise KeyboardInterrupt  # the line count is exact: never reached
-        prio = buf._session.prio
-        assert prio.tree.problems() == []
-        if buf.size:
-            np.testing.assert_array_equal(all_priorities(buf), before, err_msg=f"line {at}")
-            np.testing.assert_array_equal(np.asarray(prio.live), before)
-        buf.close()
-        with DiskReplay.open(path) as again:
-            assert again.size in (0, 20)
-            if again.size:
-                np.testing.assert_array_equal(all_priorities(again), before, err_msg=f"line {at}, reopened")

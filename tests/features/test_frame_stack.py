@@ -1,4 +1,4 @@
-"""Frame stacks (``DiskReplay.create(..., frame_stack=k)``, ``diskreplay/framestack.py``):
+"""Frame stacks (``DiskReplay.create(..., frame_stack=k)``, ``diskreplay/parts/stacks/``):
 one frame stored per transition, and every state and next state returned exactly as given.
 
 * ``StackMachine``: a Hypothesis state machine against the in-memory model that keeps every
@@ -6,8 +6,7 @@ one frame stored per transition, and every state and next state returned exactly
   k too), padded first states, states that do not overlap, frames from a two-value alphabet
   (so frames and stacks often coincide by accident), num_envs 1-4, max_size not a multiple
   of num_envs (the ring wraps), flushes, resets and reopens.
-* kill -9 of real writer processes adding stacked states (the crash harness with
-  ``--frame-stack``), power-cut images (as tests/test_power_loss.py builds them).
+* kill -9 of stacking writers and power-cut images: tests/durability/test_frame_stack_crash.py.
 * a Gymnasium pipeline: a small pixel env in ``FrameStackObservation(stack_size=4)``,
   recorded by ``diskreplay.gym.RecordTransitions`` and compared transition by transition.
 * bad input: clear errors, nothing written.
@@ -16,7 +15,6 @@ from __future__ import annotations
 
 import json
 import os
-import random
 
 import numpy as np
 import pytest
@@ -25,13 +23,13 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from crash_common import FRAME, add_step, crash_fields, stack_of, store_problems
-from crash_harness import run_kill_loop
 from model import ReplayModel
 
 from diskreplay import DiskReplay
 from diskreplay.backends import BACKENDS
 from diskreplay.errors import InvalidArgumentError, SchemaMismatchError
 from diskreplay.testing import counter_words, part_counts, raw_rows
+import paths
 
 
 def assert_matches(buf, model):
@@ -238,32 +236,6 @@ def test_frames_stored_once(tmp_path):
 
 
 # ---------------------------------------------------------------- crashes
-@pytest.mark.parametrize("num_envs, max_size", [(1, 29), (3, 29), (3, 30)])  # 30: frames env-major
-@pytest.mark.parametrize("backend", BACKENDS)
-def test_sigkill_of_a_stacking_writer_loses_nothing_acknowledged(tmp_path, backend, num_envs, max_size):
-    summary = run_kill_loop(str(tmp_path), backend, num_envs, kills=16, max_size=max_size,
-                            seed=77 + num_envs + max_size + (backend == "hdf5"), frame_stack=4)
-    assert summary["failures"] == []
-    assert summary["kills"] == 16
-    assert summary["seen"] > 5 * max_size  # the ring wrapped
-    assert summary["verified"] > 0
-
-
-@pytest.mark.parametrize("num_envs, flush_every, max_size", [(1, None, 37), (3, 2, 37), (3, 2, 36)])  # 36: env-major
-@pytest.mark.parametrize("backend", BACKENDS)
-def test_power_cut_images_of_a_stacking_store(tmp_path, monkeypatch, backend, num_envs, flush_every, max_size):
-    import test_power_loss as power
-
-    monkeypatch.setattr(power, "CRASH_POINTS", 20)
-    rng = random.Random(5 + num_envs + max_size + 100 * (backend == "hdf5"))
-    rec = power.run_workload(str(tmp_path / "src.replay"), backend, num_envs, rng, monkeypatch,
-                             flush_every=flush_every, frame_stack=4, max_size=max_size)
-    assert rec.flushed > max_size  # flushes happened while the ring wrapped
-    images, violations = power.check_images(rec, tmp_path, rng, monkeypatch)
-    assert images >= 20 * power.IMAGES_PER_CRASH
-    assert violations == [], violations[:10]
-
-
 # ---------------------------------------------------------------- a real Gymnasium pipeline
 def make_pixel_env(seed: int):
     import gymnasium
@@ -428,7 +400,7 @@ def test_plain_numpy_rebuilds_stacks_as_format_md_says(tmp_path, m):
         want = buf.get(np.arange(buf.size))
         jumps = buf.get(np.arange(buf.size), fields="jumps")["jumps"]  # next states from the jump ring
         head = buf.head
-    doc = open(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "FORMAT.md")).read()
+    doc = open(os.path.join(paths.ROOT, "FORMAT.md")).read()
     section = doc.split("## Frame stacks", 1)[1]
     recipe = section.split("```python", 1)[1].split("```", 1)[0]
     desc = json.load(open(f"{path}/store.json"))
@@ -446,7 +418,7 @@ def test_plain_numpy_rebuilds_stacks_as_format_md_says(tmp_path, m):
 
 # ---------------------------------------------------------------- the fast add
 class StackCommitPaths(RuleBasedStateMachine):
-    """As tests/test_commit_paths.py, for frame stacks: the same steps through the fast
+    """As tests/features/test_commit_paths.py, for frame stacks: the same steps through the fast
     stacked add on one store and the general add on another leave byte-identical files
     (rows, ``ns_buffer``, CRCs, jump and stack rings, the tail, the counter record)."""
 

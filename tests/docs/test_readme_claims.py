@@ -1,6 +1,6 @@
 """What README.md's "Disk, memory and flushes" says, checked on real stores: the disk a store
 takes, what a full read does to RSS and to anonymous memory, and what the error of an
-inferred dtype tells the user. (The flush policy is tests/test_flush_limit.py's.)"""
+inferred dtype tells the user. (The flush policy is tests/durability/test_flush_limit.py's.)"""
 from __future__ import annotations
 
 import subprocess
