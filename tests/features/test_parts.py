@@ -1,28 +1,23 @@
 """The part contract (``diskreplay.parts.base.Part``), one class every part subclasses, run
 for each part on every backend, the way ``backend_contract.py`` runs for backends.
 
-A part's subclass names the store kind that has it (``tests/support/part_kinds.py``); the
+A part's subclass names the store kind that has it (``tests/support/stores.py``); the
 contract then checks what every part promises: its declared files are the files on disk,
 the free-space count covers the bytes those files can reach, the store reopens with the same
-data, ``verify`` catches a damaged byte of each of its files, ``convert`` keeps its data both
-ways, and a writer killed with SIGKILL at random instants leaves a store that recovers with
-every acknowledged step. A new part (compressed rows, sequences, marks) gets all of it by
-subclassing."""
+data, ``verify`` catches a damaged byte of each of its files, and ``convert`` keeps its data
+both ways. Its durability half (kill -9, power cuts, an exception at every line of the part's
+code) is ``tests/durability/test_parts_durability.py``. A new part (compressed rows,
+sequences, marks) gets all of it by subclassing both."""
 from __future__ import annotations
 
 import os
-import random
 import shutil
-import signal
-import subprocess
-import sys
-import warnings
 
 import numpy as np
 import pytest
-from part_kinds import KINDS, MAX_SIZE, NUM_ENVS, create, fill
+from stores import KINDS, MAX_SIZE, NUM_ENVS, fill, make_store
 
-from diskreplay import DiskReplay, InvalidArgumentError, RecoveryWarning
+from diskreplay import DiskReplay, InvalidArgumentError
 from diskreplay.backends import BACKENDS, get_backend
 from diskreplay.parts import PARTS, Geometry, parts_of
 from diskreplay.parts.jumps import Jumps
@@ -30,9 +25,7 @@ from diskreplay.parts.priorities.files import PrioritiesPart
 from diskreplay.parts.stacks.ring import Stacks
 from diskreplay.session.files import data_file_names
 from diskreplay.verify import verify_store
-import paths
 
-CHILD = os.path.join(paths.SUPPORT, "part_child.py")
 FIXED = {"store.json", "meta.bin", "lock", "ns_buffer.npy", "rowsums.npy", "checkpoint.bin"}
 
 
@@ -43,7 +36,7 @@ def _geometry(path) -> Geometry:
 
 class PartContract:
     part: type = None
-    kind: str = ""  # its store kind in part_kinds.KINDS
+    kind: str = ""  # its store kind in stores.KINDS
 
     def part_data(self, buf) -> dict:
         """What the part serves readers (compared across reopen and convert): every row,
@@ -53,7 +46,7 @@ class PartContract:
     # ------------------------------------------------------------------ helpers
     def _store(self, tmp_path, backend, laps: float = 2.5):
         path = tmp_path / f"{self.part.name}-{backend}.replay"
-        with create(self.kind, path, backend) as buf:
+        with make_store(self.kind, backend, path=path) as buf:
             fill(buf, int(laps * MAX_SIZE / NUM_ENVS))
         return path
 
@@ -130,33 +123,6 @@ class PartContract:
             self._same(self.part_data(a), self.part_data(b))
         assert verify_store(there).ok and verify_store(back).ok
 
-    def test_sigkill_at_random_instants_leaves_a_store_that_recovers(self, tmp_path, backend):
-        """A child adds until killed at a random instant; reopening recovers every step it
-        acknowledged, verify finds nothing, and the part serves what a fresh reopen does."""
-        path, rng, acked = tmp_path / "killed.replay", random.Random(self.kind), 0
-        for _ in range(4):
-            child = subprocess.Popen([sys.executable, CHILD, self.kind, backend, str(path)],
-                                     stdout=subprocess.PIPE, text=True)
-            try:
-                # wait for the child's first acknowledgement (a slow machine only waits longer),
-                # then let it write a random few steps more
-                for _ in range(1 + rng.randrange(40)):
-                    line = child.stdout.readline()
-                    assert line, "the child stopped before it was killed"
-                    acked = max(acked, int(line))
-            finally:
-                child.send_signal(signal.SIGKILL)
-                child.wait()
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", RecoveryWarning)
-                with DiskReplay.open(path) as buf:
-                    assert buf.seen_size >= acked
-            report = verify_store(path)
-            assert report.ok, report.problems
-            with DiskReplay.open(path, mode="r") as a, DiskReplay.open(path, mode="r") as b:
-                self._same(self.part_data(a), self.part_data(b))
-        assert acked > MAX_SIZE  # the kills came while the rings wrapped
-
 
 class TestJumps(PartContract):
     part, kind = Jumps, "jumps"
@@ -181,7 +147,7 @@ def test_every_part_has_a_contract_class():
 def test_the_geometry_of_create_and_of_an_open_store_agree(tmp_path, backend):
     """create counts from its arguments, verify and open from store.json: the same geometry."""
     path = tmp_path / "g.replay"
-    with create("stacks", path, backend) as buf:
+    with make_store("stacks", backend, path=path) as buf:
         fill(buf, 1)
     g = _geometry(path)
     assert g.backend.data_files(g.specs) == get_backend(backend).data_files(g.specs)
@@ -193,7 +159,7 @@ def test_a_field_named_like_a_part_file_is_refused_before_anything_is_touched(tm
     """A memmap field ``jumps`` would be ``jumps.npy``, the jump ring's file: refused on every
     backend (so the store converts), and ``overwrite=True`` leaves the store there untouched."""
     path = tmp_path / "kept.replay"
-    with create("jumps", path, backend) as buf:
+    with make_store("jumps", backend, path=path) as buf:
         fill(buf, 5)
         before = buf.get(np.arange(buf.size))
     fields = {**KINDS["jumps"]["fields"], name: ((), "float32")}

@@ -11,8 +11,11 @@ PACKAGE_DIR = os.path.dirname(diskreplay.__file__)
 class LineInjector:
     """Counts line events in diskreplay's frames; raises ``exc`` at the ``at``-th one."""
 
-    def __init__(self, at=None, exc=KeyboardInterrupt):
+    def __init__(self, at=None, exc=KeyboardInterrupt, files=None):
+        """``files``: count (and inject at) only lines of these source files (absolute
+        paths), e.g. one part's modules; default: every file of the package."""
         self.at, self.exc, self.lines, self.functions = at, exc, 0, set()
+        self.files = None if files is None else set(files)
 
     def _local(self, frame, event, arg):
         if event == "line":
@@ -23,7 +26,8 @@ class LineInjector:
         return self._local
 
     def _global(self, frame, event, arg):
-        if frame.f_code.co_filename.startswith(PACKAGE_DIR):
+        name = frame.f_code.co_filename
+        if name.startswith(PACKAGE_DIR) and (self.files is None or name in self.files):
             return self._local
         return None
 

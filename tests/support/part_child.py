@@ -10,14 +10,14 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from part_kinds import create, fill  # noqa: E402
+from stores import fill, make_store  # noqa: E402
 
 from diskreplay import DiskReplay  # noqa: E402
 
 
 def main() -> None:
     kind, backend, path = sys.argv[1:4]
-    buf = DiskReplay.open(path) if os.path.exists(path) else create(kind, path, backend)
+    buf = DiskReplay.open(path) if os.path.exists(path) else make_store(kind, backend, path=path)
     start = buf.seen_size + 1
     while True:
         start = fill(buf, 1, start)
