@@ -28,6 +28,7 @@ from ..format.lock import WriterLock
 from ..core.nstep import nstep_batch
 from ..parts.priorities.files import Priorities, open_priorities
 from ..parts import Geometry
+from ..parts.sampling import Sampler, sampler_for
 from ..parts.priorities.args import check_priorities, is_prioritized
 from ..format.rowsums import torn_slots
 from ..core.schema import FieldSpec
@@ -58,7 +59,8 @@ class Session:
         self.data: DataFiles | None = None
         self.gatherer: Gatherer | None = None
         self.stack_batches: StackBatches | None = None  # a frame-stack store's whole batches (stackbatch.py)
-        self.prio: Priorities | None = None  # a prioritized store's priorities and tree (prioritized.py)
+        self.prio: Priorities | None = None  # a prioritized store's priorities and tree (parts/priorities/)
+        self.sampler: Sampler | None = None  # draws slots, uniform or by priority (parts/sampling.py)
         self.recovery_note: str | None = None
         self.seen = self.base = self.draws = self.resets = 0
         self.jcount = 0  # committed records of the jump ring (jumps.py) in the current snapshot
@@ -94,6 +96,13 @@ class Session:
             self.stack_batches = StackBatches(self.data.stacks, self.gatherer, self.data.jumps, self.num_envs,
                                               self.max_size)
         self.prio = open_priorities(self.directory, self.desc, self.writable)
+        if self.sampler is not None:  # fields known at the first add: the same stream, now with priorities
+            self.sampler = sampler_for(self.sampler.stream, self.prio, self._current_priorities)
+
+    def _new_sampler(self, draws: int) -> None:
+        """The store's sampler, its random stream ``draws`` draws in."""
+        self.sampler = sampler_for(ring.Sampler(self.desc["seed_entropy"], draws), self.prio,
+                                   self._current_priorities)
 
     # ------------------------------------------------------------------ state
     def refresh(self) -> None:
@@ -163,7 +172,9 @@ class Session:
         only the reads). The disk then has both batches in its queue while this one is
         copied, handed over and waited for, instead of idling between batches."""
         if self.gatherer.announce(idxs, head):
-            self.gatherer.announce(self.sampler.peek_idxs(size, batch_size, use_cer, head), head)
+            upcoming = self.sampler.peek(size, batch_size, use_cer, head)
+            if upcoming is not None:
+                self.gatherer.announce(upcoming, head)
 
     def _sample(self, batch_size: int, use_cer: bool, n_step: int = 1, gamma: float = 0.99, beta: float = 0.4,
                 ahead: bool = False):
@@ -172,14 +183,9 @@ class Session:
         if size == 0:
             raise EmptyStoreError(f"cannot sample from {self.path}: the store is empty; add transitions first")
         head = ring.ring_head(self.seen, self.base, self.max_size)
-        weights = None
-        if self.prio is None:
-            idxs = self.sampler.sample_idxs(size, batch_size, use_cer, head)
-            if ahead and n_step == 1 and not self.frame_stack:
-                self._read_ahead(idxs, size, batch_size, use_cer, head)
-        else:
-            self._current_priorities()
-            idxs, weights = self.prio.draw(self.sampler, size, batch_size, use_cer, head, beta)
+        idxs, weights = self.sampler.draw(size, batch_size, use_cer, head, beta)
+        if ahead and n_step == 1 and not self.frame_stack:
+            self._read_ahead(idxs, size, batch_size, use_cer, head)
         self._drew()
         batch = self._gather(idxs, head) if n_step == 1 else self._gather_nstep(idxs, n_step, gamma)
         if weights is not None:
@@ -198,8 +204,7 @@ class Session:
             self._enter("update priorities")
             idxs = self._checked_idxs(idxs)
             raw = check_priorities(priorities, len(idxs))
-            if self.prio is not None:
-                self.prio.update(idxs, raw, self.seen, self.base)
+            self.sampler.update(idxs, raw, self.seen, self.base)
 
     def bind_add(self):
         """A specialised ``add`` for the facade to install, or None (see ``Writer.bind_add``)."""
@@ -222,9 +227,7 @@ class Session:
             batch = self._gather(idxs, ring.ring_head(self.seen, self.base, self.max_size))
         else:
             batch = self._gather_nstep(idxs, n_step, gamma)
-        if self.prio is not None:
-            self._current_priorities()
-            batch["priorities"] = self.prio.of(idxs)
+        batch.update(self.sampler.keys(idxs))
         return batch
 
     def _gather(self, idxs: np.ndarray, head: int) -> dict:
@@ -256,8 +259,7 @@ class Session:
                 return out, idxs
             out = self._read(read)
             if "priorities" in names:
-                self._current_priorities()
-                out["priorities"] = self.prio.of(idxs)
+                out.update(self.sampler.keys(idxs))
             return {name: out[name] for name in names}
 
     def _gather_nstep(self, idxs: np.ndarray, n_step: int, gamma: float) -> dict:

@@ -40,7 +40,7 @@ class Reader(Session):
             self._map_data()
         self.refresh()
         self._check_clean_record()
-        self.sampler = ring.Sampler(self.desc["seed_entropy"], self.draws)
+        self._new_sampler(self.draws)
 
     # ------------------------------------------------------------------ snapshots
     def refresh(self) -> None:

@@ -127,7 +127,7 @@ class Writer(Flushing, Session):
         self.recovery_note = result.note
         if self.prio is not None:
             self.prio.recover(self.seen, self.base, self.checkpoint.generation, result.from_checkpoint)
-        self.sampler = ring.Sampler(self.desc["seed_entropy"], self.draws)
+        self._new_sampler(self.draws)
         self.counters.claim(os.getpid(), secrets.randbits(62))
         self.counters.sync()
         self.words = self.counters.words
@@ -405,7 +405,7 @@ class Writer(Flushing, Session):
                                    stacks if self.frame_stack else None)
         self.seen, self.base, self.resets, self.jcount = state.seen, state.base, state.resets, jumps
         self.scount = stacks
-        self.sampler = ring.Sampler(self.desc["seed_entropy"], state.draws)
+        self._new_sampler(state.draws)
         self._set_flush_limit()
         self.flush()
 
