@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import numpy as np
 
+import os
+
 from .core.ring import RingState
+from .parts import Geometry, parts_of
 from .store import DiskReplay
 
 
@@ -42,3 +45,20 @@ def part_counts(buf: DiskReplay) -> dict[str, int]:
 
 
 __all__ = ["counter_words", "part_counts", "raw_rows", "ring_state"]
+
+
+def side_files(buf: DiskReplay) -> dict[str, bytes]:
+    """The bytes of every file the store's parts keep beside their datasets in the backend
+    (``diskreplay.parts``: the jump ring's and stack ring's ``.npy`` files, ``priorities.bin``),
+    by file name, plus ``ns_buffer.npy`` and ``rowsums.npy``."""
+    session = buf._session
+    g = Geometry.of(session.desc, buf.prioritized)
+    names = {"ns_buffer.npy", "rowsums.npy"}
+    for part in parts_of(g):
+        names |= set(part.files(g)) - set(g.backend.data_files(part.datasets(g)))
+    out = {}
+    for name in sorted(names):
+        with open(os.path.join(session.directory, name), "rb") as f:
+            out[name] = f.read()
+    return out
+

@@ -36,7 +36,7 @@ GROUPS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "readers": (("views", "stats", "export."), _BELOW_READERS + ("format", "backends", "streams", "store")),
     "api": (("diskreplay",), ("errors", "store")),
     # a few functions for tests instead of private names; it reads the facade's session
-    "testing": (("testing",), ("errors", "core", "store")),
+    "testing": (("testing",), ("errors", "core", "store", "parts")),
     "integrations": (("sb3", "torchrl", "gym", "envspaces", "demo", "slm.", "ray."),
                      ("api", "errors", "core", "store", "readers", "streams", "parts")),
     "cli": (("cli.",), ("api", "readers", "streams", "verify", "errors", "backends")),

@@ -16,7 +16,25 @@ a flush, reset or general add of this thread is running (``busy``: from a signal
 handler) go through the general path. An exception
 part-way (Ctrl-C, a signal handler's ``sys.exit``) settles the step (``Writer.settle``)
 before it propagates.
-``tests/features/test_commit_paths.py`` proves both paths byte-identical.
+
+The fast paths (each falls back to ``Writer.add``, the general path; all of them are proven
+byte-identical to it by one state machine over every store kind,
+``tests/features/test_commit_paths.py``, whose kind and ``kernel`` draw are named here):
+
+=========================  ===================================================  ==========================
+path                       applies when (beside the checks above)               equivalence draw
+=========================  ===================================================  ==========================
+``fast_add``               one env, no frame stack                              plain, extras, priorities
+``fast_vector_add``        a vector env, no frame stack; the step does not      plain, extras, priorities
+                           wrap the ring end
+``_rows.step`` (C)         as ``fast_vector_add``, no extra fields, ``_rows``   plain, priorities with
+                           built (not ``DISKREPLAY_PURE``), C-contiguous        ``kernel=True``
+                           inputs (else the Python body above)
+``fast_stack_add``         one env of a frame-stack store; the previous step's  stacks
+                           next state overlapped its state (no base to record)
+``fast_stack_vector_add``  a vector env of a frame-stack store; every env's     stacks
+                           stack continues; the step does not wrap the ring end
+=========================  ===================================================  ==========================
 """
 from __future__ import annotations
 

@@ -15,9 +15,9 @@ always covers them because an add that would overwrite a row without an undo cop
 flushes first. ``flush()`` syncs every data file, then writes a new checkpoint
 (counters, ``ns_buffer`` and undo copies of the rows the next adds will overwrite).
 
-The two fast adds (``fastadd.py``, chosen by ``bind_add``) perform the same three steps
-inline, because a call per step would cost a measurable share of an add;
-``tests/features/test_commit_paths.py`` proves them byte-identical to the general path.
+The fast adds (``fastadd.py``, chosen by ``bind_add``; its docstring tables them) perform
+the same three steps inline, because a call per step would cost a measurable share of an
+add; ``tests/features/test_commit_paths.py`` proves each byte-identical to the general path.
 Flushing and checkpoint writing live in ``flushing.py`` (``Flushing``, a part of ``Writer``).
 """
 from __future__ import annotations

@@ -1,18 +1,26 @@
-"""The commit protocol has one definition (``counters.begin_step`` / ``commit_step``, used by
-``Writer.write_step``); the two fast adds write it inline. This state machine performs
-the same steps through a fast add on one store and through the general add on another,
-and requires the two stores to be byte-identical after every step: rows, ``ns_buffer``,
-CRCs, the jump ring and the counter record (less the per-writer key, pid and boot words).
-Steps chain (each step's states are the previous step's next states) except at random
-autoreset jumps, so both the fast path and its fall-back for jumps are taken. A vector
-store's fast add is bound with the C kernel of ``_rows`` or without it (its Python body)."""
+"""The fast paths' equivalence machine, one for every store kind: the commit protocol has one
+definition (``counters.begin_step`` / ``commit_step``, used by ``Writer._write_step``) and the
+fast adds (``fastadd.py``, its table of paths) write it inline. This state machine performs
+the same steps through the fast add bound for a store and through the general add on a twin
+store, and requires the two to be byte-identical after every step: every field's rows, the
+``ns_buffer``, the row CRCs, every file the store's parts keep (the jump ring, the stack
+ring and its tail, ``priorities.bin``: ``diskreplay.testing.side_files``), the counter
+record (less the per-writer key, pid and boot words) and everything a reader is served.
+
+Kinds: ``plain``, ``extras`` (extra fields, now and then one the general path converts),
+``stacks`` (``frame_stack=3``: continuing stacks take the fast stacked add, a base or a
+state that does not overlap the general one) and ``priorities`` (a prioritized store, with
+priority updates between steps). Steps chain (each step's states are the previous step's
+next states) except at random autoreset jumps, so both every fast path and its fall-back
+are taken. A vector store's fast add is bound with the C kernel of ``_rows`` or without it
+(its Python body)."""
 from __future__ import annotations
 
 import os
 
 import numpy as np
 import pytest
-from hypothesis import settings
+from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
@@ -21,7 +29,8 @@ from diskreplay import DiskReplay, DiskReplayError
 from diskreplay.session import fastadd
 from diskreplay.backends import BACKENDS
 from diskreplay.format.counters import NWORDS, W_BOOT, W_CHECK, W_FLUSH_NS, W_KEY, W_PID
-from diskreplay.testing import counter_words, raw_rows
+from diskreplay.testing import counter_words, raw_rows, side_files
+from stack_envs import Envs
 
 PER_WRITER_WORDS = {W_KEY, W_CHECK, W_PID, W_BOOT, W_FLUSH_NS}
 FIELDS = {"states": ((3,), "float32"), "actions": ((), "int64"), "rewards": ((), "float32"),
@@ -54,14 +63,9 @@ def step(rng: np.random.Generator, num_envs: int, obs: np.ndarray):
             rng.integers(0, 2, num_envs).astype(bool))
 
 
-def store_bytes(buf: DiskReplay) -> dict:
-    """The rows of every field as stored, and the bytes of ``ns_buffer.npy`` and
-    ``rowsums.npy`` (whole files: HDF5's own structure records creation times)."""
-    out = {name: arr.tobytes() for name, arr in raw_rows(buf).items()}
-    for name in ("ns_buffer.npy", "rowsums.npy", "jumps.npy", "jump_states.npy"):
-        with open(os.path.join(buf.path, name), "rb") as f:
-            out[name] = f.read()
-    return out
+KINDS = ("plain", "extras", "stacks", "priorities")
+STACK_FIELDS = {"states": ((3, 2), "uint8"), "actions": ((), "int64"), "rewards": ((), "float32"),
+                "dones": ((), "bool")}
 
 
 class CommitPaths(RuleBasedStateMachine):
@@ -69,18 +73,22 @@ class CommitPaths(RuleBasedStateMachine):
         super().__init__()
         self.tmp = None
 
-    @initialize(backend=st.sampled_from(list(BACKENDS)), num_envs=st.sampled_from([1, 3]),
-                max_size=st.sampled_from([7, 12]), flush_every=st.sampled_from([None, 2]),
-                seed=st.integers(0, 2**16), extras=st.booleans(), kernel=st.booleans())
-    def setup(self, backend, num_envs, max_size, flush_every, seed, extras, kernel):
+    @initialize(kind=st.sampled_from(KINDS), backend=st.sampled_from(list(BACKENDS)),
+                num_envs=st.sampled_from([1, 2, 3]), max_size=st.sampled_from([7, 12]),
+                flush_every=st.sampled_from([None, 2]), seed=st.integers(0, 2**16), kernel=st.booleans())
+    def setup(self, kind, backend, num_envs, max_size, flush_every, seed, kernel):
         import tempfile
 
         self.tmp = tempfile.TemporaryDirectory()
         self.rng = np.random.default_rng(seed)
-        self.num_envs = num_envs
-        self.extras = extras
-        fields = {**FIELDS, **EXTRAS} if extras else FIELDS
-        kwargs = dict(num_envs=num_envs, backend=backend, seed=seed, fields=fields, flush_every=flush_every)
+        self.kind, self.num_envs = kind, num_envs
+        kwargs = dict(num_envs=num_envs, backend=backend, seed=seed, flush_every=flush_every,
+                      fields={**FIELDS, **EXTRAS} if kind == "extras" else FIELDS)
+        if kind == "stacks":
+            kwargs.update(fields=STACK_FIELDS, frame_stack=3)
+            self.envs = Envs(num_envs, 3, (2,), np.random.default_rng(seed))
+        if kind == "priorities":
+            kwargs.update(prioritized=True)
         self.paths = [os.path.join(self.tmp.name, name) for name in ("fast.replay", "general.replay")]
         bound_kernel = fastadd.c_step
         fastadd.c_step = bound_kernel if kernel else None  # read when the fast add is bound
@@ -88,19 +96,31 @@ class CommitPaths(RuleBasedStateMachine):
             self.fast, self.general = (DiskReplay.create(p, max_size, **kwargs) for p in self.paths)
         finally:
             fastadd.c_step = bound_kernel
-        assert "add" in self.fast.__dict__, "the fast add is installed, extra fields or not"
+        assert "add" in self.fast.__dict__, "the fast add is installed"
         self.obs = self.rng.standard_normal((num_envs, 3)).astype(np.float32)
 
     @rule(jump_rate=st.sampled_from([0.0, 0.3, 1.0]))
     def add(self, jump_rate):
-        values = step(self.rng, self.num_envs, self.obs)
-        extra = extra_values(self.rng, self.num_envs) if self.extras else {}
+        if self.kind == "stacks":
+            values, extra = self.envs.step(0.3 * jump_rate, 0.2 * jump_rate), {}
+        else:
+            values = step(self.rng, self.num_envs, self.obs)
+            extra = extra_values(self.rng, self.num_envs) if self.kind == "extras" else {}
+            next_obs = np.asarray(values[3]).reshape(self.num_envs, 3)
+            jumps = self.rng.random(self.num_envs) < jump_rate
+            self.obs = np.where(jumps[:, None], self.rng.standard_normal((self.num_envs, 3)).astype(np.float32),
+                                next_obs)
         self.fast.add(*values, **extra)
         DiskReplay.add(self.general, *values, **extra)  # the class's method: the general path
-        next_obs = np.asarray(values[3]).reshape(self.num_envs, 3)
-        jumps = self.rng.random(self.num_envs) < jump_rate
-        self.obs = np.where(jumps[:, None], self.rng.standard_normal((self.num_envs, 3)).astype(np.float32),
-                            next_obs)
+
+    @rule(count=st.integers(1, 4))
+    def update_priorities(self, count):
+        if self.kind != "priorities" or self.fast.size == 0:
+            return
+        idxs = self.rng.integers(0, self.fast.size, count)
+        raw = self.rng.random(count) * 5
+        for buf in (self.fast, self.general):
+            buf.update_priorities(idxs, raw)
 
     @rule()
     def flush(self):
@@ -116,10 +136,16 @@ class CommitPaths(RuleBasedStateMachine):
             if w not in PER_WRITER_WORDS:
                 assert a[w] == b[w], f"counter word {w}: fast {a[w]}, general {b[w]}"
         assert a[W_CHECK] ^ a[W_KEY] == b[W_CHECK] ^ b[W_KEY]
-        fast_files, general_files = store_bytes(self.fast), store_bytes(self.general)
-        assert fast_files.keys() == general_files.keys()
-        for name in fast_files:
-            assert fast_files[name] == general_files[name], name
+        for fast, general in ((raw_rows(self.fast), raw_rows(self.general)),
+                              (side_files(self.fast), side_files(self.general))):
+            assert fast.keys() == general.keys()
+            for name in fast:
+                assert np.asarray(fast[name]).tobytes() == np.asarray(general[name]).tobytes(), name
+        idxs = np.arange(self.fast.size)
+        x, y = self.fast.get(idxs), self.general.get(idxs)
+        assert x.keys() == y.keys()
+        for key in x:
+            np.testing.assert_array_equal(x[key], y[key], err_msg=key)
 
     def teardown(self):
         if self.tmp is not None:
@@ -129,7 +155,8 @@ class CommitPaths(RuleBasedStateMachine):
 
 
 TestCommitPaths = CommitPaths.TestCase
-TestCommitPaths.settings = settings(max_examples=40, stateful_step_count=30, deadline=None)
+TestCommitPaths.settings = settings(max_examples=100, stateful_step_count=30, deadline=None,
+                                    suppress_health_check=[HealthCheck.too_slow])
 
 
 def test_extra_fields_keep_adds_on_the_fast_path(tmp_path):

@@ -24,11 +24,12 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 
 from crash_common import FRAME, add_step, crash_fields, stack_of, store_problems
 from model import ReplayModel
+from stack_envs import Envs
 
 from diskreplay import DiskReplay
 from diskreplay.backends import BACKENDS
 from diskreplay.errors import InvalidArgumentError, SchemaMismatchError
-from diskreplay.testing import counter_words, part_counts, raw_rows
+from diskreplay.testing import part_counts, raw_rows
 import paths
 
 
@@ -43,40 +44,6 @@ def assert_matches(buf, model):
         np.testing.assert_array_equal(got[key], want[key], err_msg=key)
         if key in ("states", "next_states"):
             assert got[key].dtype == want[key].dtype, key
-
-
-class Envs:
-    """``num_envs`` frame-stacked envs with random episode ends, first states padded with
-    zeros or with the first frame, and now and then a state that does not overlap."""
-
-    def __init__(self, num_envs: int, k: int, frame: tuple, rng: np.random.Generator):
-        self.n, self.k, self.frame, self.rng = num_envs, k, frame, rng
-        self.cur = [self.first_state() for _ in range(num_envs)]
-
-    def new_frame(self):
-        return self.rng.integers(0, 2, (1,) + self.frame).astype(np.uint8)  # two values: coincidences
-
-    def first_state(self):
-        f = self.new_frame()
-        pad = f if self.rng.random() < 0.5 else np.zeros_like(f)
-        return np.concatenate([np.repeat(pad, self.k - 1, axis=0), f])
-
-    def step(self, end_prob: float, odd_prob: float):
-        states, nexts, dones = [], [], []
-        for e in range(self.n):
-            s = self.cur[e]
-            if self.rng.random() < odd_prob:  # a state that does not continue the last one
-                s = self.rng.integers(0, 2, (self.k,) + self.frame).astype(np.uint8)
-            ns = np.concatenate([s[1:], self.new_frame()])
-            if self.rng.random() < odd_prob:  # a next state that does not overlap its state
-                ns = self.rng.integers(0, 2, (self.k,) + self.frame).astype(np.uint8)
-            done = self.rng.random() < end_prob
-            self.cur[e] = self.first_state() if done else ns
-            states.append(s), nexts.append(ns), dones.append(done)
-        if self.n == 1:
-            return states[0], 0, 0.5, nexts[0], dones[0]
-        return (np.stack(states), np.arange(self.n), np.full(self.n, 0.5, np.float32), np.stack(nexts),
-                np.array(dones))
 
 
 class StackMachine(RuleBasedStateMachine):
@@ -417,82 +384,6 @@ def test_plain_numpy_rebuilds_stacks_as_format_md_says(tmp_path, m):
 
 
 # ---------------------------------------------------------------- the fast add
-class StackCommitPaths(RuleBasedStateMachine):
-    """As tests/features/test_commit_paths.py, for frame stacks: the same steps through the fast
-    stacked add on one store and the general add on another leave byte-identical files
-    (rows, ``ns_buffer``, CRCs, jump and stack rings, the tail, the counter record)."""
-
-    def __init__(self):
-        super().__init__()
-        self.tmp = None
-
-    @initialize(backend=st.sampled_from(list(BACKENDS)), num_envs=st.sampled_from([1, 2, 3]),
-                max_size=st.sampled_from([7, 12]), flush_every=st.sampled_from([None, 2]), seed=st.integers(0, 2**16))
-    def setup(self, backend, num_envs, max_size, flush_every, seed):
-        import tempfile
-
-        self.tmp = tempfile.TemporaryDirectory()
-        fields = {"states": ((3, 2), "uint8"), "actions": ((), "int64"), "rewards": ((), "float32"),
-                  "dones": ((), "bool")}
-        kwargs = dict(num_envs=num_envs, backend=backend, seed=seed, fields=fields, flush_every=flush_every,
-                      frame_stack=3)
-        self.fast, self.general = (DiskReplay.create(os.path.join(self.tmp.name, name), max_size, **kwargs)
-                                   for name in ("fast", "general"))
-        assert "add" in self.fast.__dict__, "the fast stacked add is installed"
-        self.envs = Envs(num_envs, 3, (2,), np.random.default_rng(seed))
-
-    @rule(end_prob=st.sampled_from([0.0, 0.3]), odd_prob=st.sampled_from([0.0, 0.2]))
-    def add(self, end_prob, odd_prob):
-        values = self.envs.step(end_prob, odd_prob)
-        self.fast.add(*values)
-        DiskReplay.add(self.general, *values)  # the class's method: the general path
-
-    @rule()
-    def flush(self):
-        self.fast.flush()
-        self.general.flush()
-
-    @invariant()
-    def identical(self):
-        from test_commit_paths import PER_WRITER_WORDS, store_bytes
-
-        from diskreplay.format.counters import NWORDS
-        if self.tmp is None:
-            return
-        a, b = counter_words(self.fast), counter_words(self.general)
-        for w in range(NWORDS):
-            if w not in PER_WRITER_WORDS:
-                assert a[w] == b[w], f"counter word {w}"
-        files = []
-        for buf in (self.fast, self.general):
-            got = store_bytes(buf)
-            for name in ("stack_records.npy", "stack_states.npy", "stack_tail.npy"):
-                with open(os.path.join(buf.path, name), "rb") as f:
-                    got[name] = f.read()
-            files.append(got)
-        for name in files[0]:
-            assert files[0][name] == files[1][name], name
-        assert_matches_each_other(self.fast, self.general)
-
-    def teardown(self):
-        if self.tmp is not None:
-            self.fast.close()
-            self.general.close()
-            self.tmp.cleanup()
-
-
-def assert_matches_each_other(a, b):
-    idxs = np.arange(a.size)
-    x, y = a.get(idxs), b.get(idxs)
-    for key in x:
-        np.testing.assert_array_equal(x[key], y[key], err_msg=key)
-
-
-TestStackCommitPaths = StackCommitPaths.TestCase
-TestStackCommitPaths.settings = settings(max_examples=30, stateful_step_count=30, deadline=None,
-                                         suppress_health_check=[HealthCheck.too_slow])
-
-
 @pytest.mark.parametrize("num_envs", [1, 3])
 def test_continuing_stacks_take_the_fast_add(tmp_path, num_envs):
     """Only steps with a base (here the first) or a flush due go through the general path;
