@@ -312,7 +312,6 @@ def _project_classes() -> dict[str, set[str]]:
 
 # Classes with more than one project base, each with its reason; mixins for size are not one.
 SEVERAL_BASES = {
-    "Writer": "Flushing is a mixin split off for the line cap: it becomes a Flusher collaborator (issue 34 item 4)",
     "DiskPrioritizedReplayV4": "SLM-Lab's interface (v4) crossed with the memory kind (prioritized): two axes",
     "DiskPrioritizedReplayV5": "SLM-Lab's interface (v5) crossed with the memory kind (prioritized): two axes",
 }

@@ -7,8 +7,8 @@ Each call takes the session's mutex, does cheap checks on cached shapes, dtypes,
 and value ranges, then the commit protocol of ``counters.begin_step`` / ``commit_step``
 written inline (a call per step would cost a measurable share of an add). Anything the
 checks do not accept (so every value is known to store exactly before the first row is
-touched), a step that wraps the ring end or is due for a flush (``w.due``; early work
-due, ``Flushing._work_early``, is handed over here and the add goes on), a step whose states
+touched), a step that wraps the ring end or is due for a flush (``WriteState.due``; early work
+due, ``Flusher.work_early``, is handed over here and the add goes on), a step whose states
 differ in any byte from the next states the previous step gave (a jump: the general path
 records it in the jump ring, ``jumps.py``; this one byte comparison is all a fast add
 pays for exact next states), a writer that is no longer ``live``, and a call made while
@@ -50,15 +50,15 @@ from .. import native
 c_step = None if native.rows is None else native.rows.step
 
 
-def early(w, t_end: int) -> bool:
-    """For a step past ``w.due`` that ends at ``t_end``: hand over the early work that is due
-    (``Flushing._work_early``: it only posts jobs) so the add stays on its fast path. False
+def early(ws, flusher, t_end: int) -> bool:
+    """For a step past ``ws.due`` that ends at ``t_end``: hand over the early work that is due
+    (``Flusher.work_early``: it only posts jobs) so the add stays on its fast path. False
     (take the general path) if a flush is due instead, or the store closed meanwhile (a
     signal handler)."""
-    if t_end > w.flush_before:
+    if t_end > ws.flush_before:
         return False
-    w._work_early()
-    return w.live
+    flusher.work_early()
+    return ws.live
 
 
 def fast_add(w):
@@ -81,26 +81,27 @@ def fast_add(w):
     settle = w.settle
     ndarray = np.ndarray
     general = w.add
+    ws, flusher = w.ws, w.flusher  # all an add reads per call: the WriteState
 
     def add(state, action, reward, next_state, done, **extra):
         with mutex:
-            if (w.busy is not None or not w.live or (extra or has_extras) and not extras_ok(extra)
+            if (ws.busy is not None or not ws.live or (extra or has_extras) and not extras_ok(extra)
                     or type(state) is not ndarray or state.shape != shape
                     or state.dtype != dtype or type(next_state) is not ndarray or next_state.shape != shape
                     or next_state.dtype != dtype or type(action) not in a_types or not a_lo <= action <= a_hi
                     or type(reward) not in r_types or not r_lo <= reward <= r_hi
                     or type(done) not in d_types or not d_lo <= done <= d_hi):
                 return general(state, action, reward, next_state, done, extra)
-            seen = w.seen
+            seen = ws.seen
             t = seen + 1
-            if t > w.due and not early(w, t):
+            if t > ws.due and not early(ws, flusher, t):
                 return general(state, action, reward, next_state, done, extra)
-            if t > w.due or (state.tobytes() != ns_pair[seen & 1].tobytes() if small
+            if t > ws.due or (state.tobytes() != ns_pair[seen & 1].tobytes() if small
                                       else not same(state, seen & 1)):
                 return general(state, action, reward, next_state, done, extra)
             try:
                 words[W_INTENT] = t
-                slot = (seen - w.base) % max_size
+                slot = (seen - ws.base) % max_size
                 states[slot] = state
                 actions[slot] = action
                 rewards[slot] = reward
@@ -111,7 +112,7 @@ def fast_add(w):
                 ns_rows[t & 1] = next_state
                 words[W_SEEN] = t
                 words[W_CHECK] = t ^ key
-                w.seen = t
+                ws.seen = t
             except BaseException:
                 settle()
                 raise
@@ -145,25 +146,26 @@ def fast_vector_add(w):
     settle = w.settle
     ndarray = np.ndarray
     general = w.add
+    ws, flusher = w.ws, w.flusher  # all an add reads per call: the WriteState
     plan = step_plan(w) if not has_extras else None
     kernel = c_step if plan is not None else None
 
     def add(state, action, reward, next_state, done, **extra):
         with mutex:
-            if (w.busy is not None or not w.live or (extra or has_extras) and not extras_ok(extra)
+            if (ws.busy is not None or not ws.live or (extra or has_extras) and not extras_ok(extra)
                     or type(state) is not ndarray or type(next_state) is not ndarray
                     or type(action) is not ndarray or type(reward) is not ndarray or type(done) is not ndarray
                     or (state.shape, next_state.shape, action.shape, reward.shape, done.shape) != shapes
                     or (state.dtype, next_state.dtype, action.dtype, reward.dtype, done.dtype) != dtypes):
                 return general(state, action, reward, next_state, done, extra)
-            seen = w.seen
-            if seen + n > w.due and not early(w, seen + n):
+            seen = ws.seen
+            if seen + n > ws.due and not early(ws, flusher, seen + n):
                 return general(state, action, reward, next_state, done, extra)
             if kernel is not None:  # one C call: no signal handler runs in the middle of it
                 try:
-                    stepped = kernel(plan, words, seen, w.base, w.due, state, action, reward, done, next_state)
+                    stepped = kernel(plan, words, seen, ws.base, ws.due, state, action, reward, done, next_state)
                     if stepped:
-                        w.seen = seen + n
+                        ws.seen = seen + n
                         return
                 except BaseException:
                     settle()  # an exception after the step committed: seen catches up
@@ -172,9 +174,9 @@ def fast_vector_add(w):
                     return general(state, action, reward, next_state, done, extra)
                 # None: an input that is not C-contiguous, copied below
             t_end = seen + n
-            start = (seen - w.base) % max_size
+            start = (seen - ws.base) % max_size
             stop = start + n
-            if stop > max_size or t_end > w.due or (
+            if stop > max_size or t_end > ws.due or (
                     state.tobytes() != ns_pair[(seen // n) & 1].tobytes() if small
                     else not same(state, (seen // n) & 1)):
                 return general(state, action, reward, next_state, done, extra)
@@ -190,7 +192,7 @@ def fast_vector_add(w):
                 ns[(t_end // n) & 1] = next_state
                 words[W_SEEN] = t_end
                 words[W_CHECK] = t_end ^ key
-                w.seen = t_end
+                ws.seen = t_end
             except BaseException:
                 settle()
                 raise
@@ -230,27 +232,28 @@ def fast_stack_add(w):
     stacks = w.data.stacks
     tail, tail_rows, overlap = stacks.tail, stacks.rows, stacks.overlap_rule(1)
     words, key, max_size, mutex, settle, general = w.words, w.key, w.max_size, w.mutex, w.settle, w.add
+    ws, flusher = w.ws, w.flusher  # all an add reads per call: the WriteState
     ndarray = np.ndarray
 
     def add(state, action, reward, next_state, done, **extra):
         with mutex:
-            if (w.busy is not None or not w.live or (extra or has_extras) and not extras_ok(extra)
+            if (ws.busy is not None or not ws.live or (extra or has_extras) and not extras_ok(extra)
                     or type(state) is not ndarray or state.shape != shape
                     or state.dtype != dtype or type(next_state) is not ndarray or next_state.shape != shape
                     or next_state.dtype != dtype or type(action) not in a_types or not a_lo <= action <= a_hi
                     or type(reward) not in r_types or not r_lo <= reward <= r_hi
                     or type(done) not in d_types or not d_lo <= done <= d_hi):
                 return general(state, action, reward, next_state, done, extra)
-            seen, base, previous = w.seen, w.base, w.overlap
+            seen, base, previous = ws.seen, ws.base, ws.overlap
             t = seen + 1
-            if t > w.due and not early(w, t):
+            if t > ws.due and not early(ws, flusher, t):
                 return general(state, action, reward, next_state, done, extra)
-            if previous is None or not previous[0] or seen == base or t > w.due or (
+            if previous is None or not previous[0] or seen == base or t > ws.due or (
                     state.tobytes() != ns_pair[seen & 1].tobytes() if small else not same(state, seen & 1)):
                 return general(state, action, reward, next_state, done, extra)
             overlaps = overlap(state[np.newaxis], next_state[np.newaxis])
             try:
-                w.overlap = None  # unknown until the step commits (as in Writer._write_step)
+                ws.overlap = None  # unknown until the step commits (as in Writer._write_step)
                 words[W_INTENT] = t
                 slot = (seen - base) % max_size
                 if seen - base >= max_size:  # the ring is full: keep the frame this step overwrites
@@ -265,8 +268,8 @@ def fast_stack_add(w):
                 ns_rows[t & 1] = next_state
                 words[W_SEEN] = t
                 words[W_CHECK] = t ^ key
-                w.seen = t
-                w.overlap = overlaps
+                ws.seen = t
+                ws.overlap = overlaps
             except BaseException:
                 settle()
                 raise
@@ -297,13 +300,14 @@ def fast_stack_vector_add(w):
     stacks = w.data.stacks
     tail, tail_rows, overlap = stacks.tail, stacks.rows, stacks.overlap_rule(n)
     words, key, max_size, mutex, settle, general = w.words, w.key, w.max_size, w.mutex, w.settle, w.add
+    ws, flusher = w.ws, w.flusher  # all an add reads per call: the WriteState
     ndarray = np.ndarray
     # Where the frames lie env-major (roworder.py), a step's rows are row start/n of each env's region.
     per_env = 0 if w.data.storage.order("states").identity else max_size // n
 
     def add(state, action, reward, next_state, done, **extra):
         with mutex:
-            if (w.busy is not None or not w.live or (extra or has_extras) and not extras_ok(extra)
+            if (ws.busy is not None or not ws.live or (extra or has_extras) and not extras_ok(extra)
                     or type(state) is not ndarray or type(next_state) is not ndarray
                     or type(action) is not ndarray or type(reward) is not ndarray or type(done) is not ndarray
                     or state.shape != s_shape or next_state.shape != s_shape or action.shape != a_shape
@@ -314,19 +318,19 @@ def fast_stack_vector_add(w):
                     or not (reward.dtype is r_dt or reward.dtype == r_dt)
                     or not (done.dtype is d_dt or done.dtype == d_dt)):
                 return general(state, action, reward, next_state, done, extra)
-            seen, base, previous = w.seen, w.base, w.overlap
+            seen, base, previous = ws.seen, ws.base, ws.overlap
             t_end = seen + n
-            if t_end > w.due and not early(w, t_end):
+            if t_end > ws.due and not early(ws, flusher, t_end):
                 return general(state, action, reward, next_state, done, extra)
             start = (seen - base) % max_size
             stop = start + n
-            if previous is None or not previous.all() or seen == base or stop > max_size or t_end > w.due \
+            if previous is None or not previous.all() or seen == base or stop > max_size or t_end > ws.due \
                     or (state.tobytes() != ns_pair[(seen // n) & 1].tobytes() if small
                         else not same(state, (seen // n) & 1)):
                 return general(state, action, reward, next_state, done, extra)
             overlaps = overlap(state, next_state)
             try:
-                w.overlap = None  # unknown until the step commits (as in Writer._write_step)
+                ws.overlap = None  # unknown until the step commits (as in Writer._write_step)
                 words[W_INTENT] = t_end
                 rows = slice(start // n, max_size, per_env) if per_env else slice(start, stop)
                 if seen - base >= max_size:  # the ring is full: keep the frames this step overwrites
@@ -345,8 +349,8 @@ def fast_stack_vector_add(w):
                 ns[(t_end // n) & 1] = next_state
                 words[W_SEEN] = t_end
                 words[W_CHECK] = t_end ^ key
-                w.seen = t_end
-                w.overlap = overlaps
+                ws.seen = t_end
+                ws.overlap = overlaps
             except BaseException:
                 settle()
                 raise

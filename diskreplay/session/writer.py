@@ -18,7 +18,9 @@ flushes first. ``flush()`` syncs every data file, then writes a new checkpoint
 The fast adds (``fastadd.py``, chosen by ``bind_add``; its docstring tables them) perform
 the same three steps inline, because a call per step would cost a measurable share of an
 add; ``tests/features/test_commit_paths.py`` proves each byte-identical to the general path.
-Flushing and checkpoint writing live in ``flushing.py`` (``Flushing``, a part of ``Writer``).
+Flushing and checkpoint writing are the writer's ``Flusher`` (``flushing.py``), a collaborator;
+what an add reads on every call is one ``WriteState`` (``writestate.py``), shared with the
+flusher and the fast adds.
 """
 from __future__ import annotations
 
@@ -36,7 +38,7 @@ from ..format.description import JUMPS_VERSION, new_description, read_descriptio
 from ..errors import (DiskReplayError, ReadOnlyError, ReentrantCallError, SchemaMismatchError, StoreClosedError,
                      StoreIOError)
 from .fastadd import fast_add, fast_stack_add, fast_stack_vector_add, fast_vector_add
-from .flushing import Flushing, initial_checkpoint
+from .flushing import Flusher, initial_checkpoint
 from ..parts.stacks.ring import frame_spec, overlaps
 from ..disk.fsutil import io_error
 from ..parts.jumps import create_jump_files, jump_capacity, rows_differ
@@ -49,14 +51,23 @@ from ..parts.priorities.args import is_prioritized
 from ..format.recovery import recover_for_writer, restore_rows
 from ..core.schema import CORE_FIELDS, FieldSpec, check_row_sizes, coerce, infer_fields
 from .base import Session
+from .writestate import WriteState, delegated
 
 
-class Writer(Flushing, Session):
+@delegated
+class Writer(Session):
     """The writable session. ``live`` is False once closed or after a failed sync: the
-    fast adds check it on every call, so a reference someone kept never writes then."""
+    fast adds check it on every call, so a reference someone kept never writes then.
+    ``seen``, ``base``, ``live``, ``busy``, ``overlap``, ``due`` and ``flush_before`` are
+    its ``WriteState``'s (``ws``)."""
 
     mode = "r+"
     writable = True
+
+    def __init__(self, path: str, *, lock=None):
+        self.ws = WriteState()
+        self.flusher = Flusher(self)
+        super().__init__(path, lock=lock)
 
     # ------------------------------------------------------------------ create and open
     @classmethod
@@ -132,7 +143,7 @@ class Writer(Flushing, Session):
         self.counters.sync()
         self.words = self.counters.words
         self.key = int(self.words[W_KEY])
-        self._set_flush_limit()
+        self.flusher.set_flush_limit()
         self.live = True
 
     def _upgrade(self) -> None:
@@ -217,11 +228,12 @@ class Writer(Flushing, Session):
         if stacks is not None:  # bases: states that do not continue their env's previous state
             overlap, self.overlap = self.overlap, None  # unknown until this step commits
             bases = jumped | (~overlap if overlap is not None and seen > self.base else True)
-        if t_end > self.flush_before or self.jcount + new > self.jump_limit or (
-                stacks is not None and self.scount + int(bases.sum()) > self.stack_limit):
+        flusher = self.flusher
+        if t_end > self.flush_before or self.jcount + new > flusher.jump_limit or (
+                stacks is not None and self.scount + int(bases.sum()) > flusher.stack_limit):
             self._flush_now()
-        elif t_end > self.early_at:
-            self._work_early()
+        elif t_end > flusher.early_at:
+            flusher.work_early()
         if self.closed:  # a signal handler closed the store during the flush or early work, and returned
             raise self.refusal("add")
         words = self.words
@@ -342,7 +354,7 @@ class Writer(Flushing, Session):
             self.checkpoint = self.data.ckfile.newest()
             if self.prio is not None:
                 self.prio.recover(self.seen, self.base, self.checkpoint.generation, False)
-            self._set_flush_limit()
+            self.flusher.set_flush_limit()
         except BaseException as exc:
             self._fail(exc)  # half-opened: refuse writes; reopening opens the store as written
             raise
@@ -392,7 +404,7 @@ class Writer(Flushing, Session):
                 self.base, self.resets = old_base, old_resets
                 if self.prio is not None and self.fields is not None:  # its flush ran: a checkpoint exists
                     self.prio.undo_reset(self.checkpoint.generation)
-                self._set_flush_limit()
+                self.flusher.set_flush_limit()
             raise
 
     def adopt(self, state: ring.RingState, ns_rows: np.ndarray | None, jumps: int = 0, stacks: int = 0) -> None:
@@ -406,11 +418,38 @@ class Writer(Flushing, Session):
         self.seen, self.base, self.resets, self.jcount = state.seen, state.base, state.resets, jumps
         self.scount = stacks
         self._new_sampler(state.draws)
-        self._set_flush_limit()
+        self.flusher.set_flush_limit()
         self.flush()
 
     def _drew(self) -> None:
         self.words[W_DRAWS] = self.sampler.draws
+
+    # ------------------------------------------------------------------ flushing
+    def flush(self) -> None:
+        """Sync every data file, then write a new checkpoint; a failure leaves the writer failed."""
+        with self.mutex:
+            self._enter("flush")
+            try:
+                self.busy = sys._getframe()
+                self._flush_now()
+            finally:
+                self.busy = None
+
+    def _flush_now(self) -> None:
+        try:
+            self.flusher.flush()
+        except DiskReplayError as exc:
+            self._fail(exc)
+            raise
+        except OSError as exc:
+            self._fail(exc)
+            raise io_error(f"flushing {self.path}", exc) from exc
+
+    def _fail(self, exc: BaseException) -> None:
+        """After a failed sync nothing more is written: the disk may not hold what we think."""
+        self.failed = exc
+        self.live = False
+        self.flusher.stop_early_work()
 
     # ------------------------------------------------------------------ closing
     def refusal(self, what: str) -> DiskReplayError:
@@ -429,9 +468,7 @@ class Writer(Flushing, Session):
 
     def _release(self) -> None:
         self.live = False  # held references to the fast add must not store into the files
-        if self.early is not None:  # no early work job touches the files once they close
-            self.early.stop()
-            self.early = None
+        self.flusher.stop()  # no early work job touches the files once they close
         # An add interrupted by a signal handler that closed the store resumes after the
         # handler returns: read-only views make its remaining stores raise, not write.
         held = list(getattr(self, "arrays", [])) + list(getattr(self, "views", {}).values())

@@ -51,7 +51,7 @@ EXPECTED_FUNCTIONS = {  # proof that each scenario takes the path it is named af
     "fast-single": ("fastadd.py", "add"), "fast-vector": ("fastadd.py", "add"),
     "fast-extras": ("fastadd.py", "add"),
     "general-extras": ("writer.py", "_coerced_values"), "wrapping": ("writer.py", "_write_step"),
-    "flush-due": ("flushing.py", "_flush"),
+    "flush-due": ("flushing.py", "flush"),
 }
 
 

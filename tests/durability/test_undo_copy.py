@@ -175,7 +175,7 @@ def test_flushes_at_the_limit_continue_the_copy_early_work_planned(tmp_path, mon
 
     def copy(self, ckfile, storage, upto, n, wanted=None):
         if wanted is None:  # the flush's own call
-            flushes.append(self is buf._session.undo_copy)
+            flushes.append(self is buf._session.flusher.undo_copy)
         return real_copy(self, ckfile, storage, upto, n, wanted)
 
     monkeypatch.setattr(UndoCopy, "copy", copy)
