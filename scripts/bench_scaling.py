@@ -33,6 +33,7 @@ import numpy as np
 
 import bench  # scripts/, this script's directory, is on sys.path
 import bench_measure
+import bench_results
 from bench_stream import allocated
 
 SHAPES = {
@@ -190,7 +191,7 @@ def table(results) -> str:
              "|---|---:|---:|" + "---:|" * len(COLUMNS)]
     for shape_name, sizes in results.items():
         for size, r in sizes.items():
-            cells = [bench.fmt(r[key] * scale) for key, _, scale in COLUMNS]
+            cells = [bench_results.fmt(r[key] * scale) for key, _, scale in COLUMNS]
             lines.append(f"| {shape_name} | {int(size):,} | {r['store_bytes'] / 1e9:.3g} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
