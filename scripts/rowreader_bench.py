@@ -22,6 +22,7 @@ import numpy as np
 
 import bench  # scripts/, this script's directory, is on sys.path
 import bench_measure
+import bench_systems
 from diskreplay import DiskReplay
 from diskreplay.core import ring
 from diskreplay.disk.rowreader import RowReader
@@ -48,7 +49,7 @@ def main():
                    help="drop only the states' pages (small fields stay cached, as in real training)")
     args = p.parse_args()
     if args.build:
-        system = bench.DiskReplaySystem("memmap")
+        system = bench_systems.DiskReplaySystem("memmap")
         system.create(bench.FULL["W3"], args.store)
         bench.fill(system, bench.FULL["W3"])
         system.close()
