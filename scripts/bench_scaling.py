@@ -31,9 +31,9 @@ import time
 
 import numpy as np
 
-import bench  # scripts/, this script's directory, is on sys.path
-import bench_measure
+import bench_measure  # scripts/, this script's directory, is on sys.path
 import bench_results
+import bench_workloads
 from bench_stream import allocated
 
 SHAPES = {
@@ -88,7 +88,7 @@ def run_worker(shape_name, size, workdir):
     fields = {"states": (tuple(shape["state"]), shape["dtype"]), "actions": ((), "int64"),
               "rewards": ((), "float32"), "dones": ((), "bool")}
     buf = DiskReplay.create(path, size, num_envs=shape["num_envs"], seed=0, fields=fields, overwrite=True)
-    step = bench.step_data(spec)
+    step = bench_workloads.step_data(spec)
     steps = size // shape["num_envs"]
     warm = steps // 10
     add = buf.add

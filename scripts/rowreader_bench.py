@@ -20,9 +20,9 @@ import time
 
 import numpy as np
 
-import bench  # scripts/, this script's directory, is on sys.path
-import bench_measure
+import bench_measure  # scripts/, this script's directory, is on sys.path
 import bench_systems
+import bench_workloads
 from diskreplay import DiskReplay
 from diskreplay.core import ring
 from diskreplay.disk.rowreader import RowReader
@@ -50,8 +50,8 @@ def main():
     args = p.parse_args()
     if args.build:
         system = bench_systems.DiskReplaySystem("memmap")
-        system.create(bench.FULL["W3"], args.store)
-        bench.fill(system, bench.FULL["W3"])
+        system.create(bench_workloads.FULL["W3"], args.store)
+        bench_workloads.fill(system, bench_workloads.FULL["W3"])
         system.close()
         os.sync()
     buf = DiskReplay.open(args.store, mode="r")
