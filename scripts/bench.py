@@ -84,11 +84,14 @@ import subprocess
 import sys
 import tempfile
 import time
+from importlib import metadata
 
 import numpy as np
 
 import bench_fio  # scripts/, this script's directory, is on sys.path
 import bench_peers
+import bench_scaling
+import bench_stream
 from bench_peers import PEERS
 from bench_results import add_ratios, goals, goals_table, stacked_table, summarize, table, w5_table
 from bench_systems import unavailable
@@ -127,8 +130,6 @@ def machine_facts(workdir):
 
 
 def peer_versions():
-    from importlib import metadata
-
     found = {}
     for dist in ("stable-baselines3", "cpprb", "torchrl", "tensordict", "torch", "gymnasium"):
         try:
@@ -224,8 +225,6 @@ def disk_limit(workdir, log, skipped) -> list:
 
 
 def main_scaling(args, argv):
-    import bench_scaling
-
     shapes = [s.strip() for s in args.shapes.split(",")]
     if set(shapes) - set(bench_scaling.SHAPES):
         raise SystemExit(f"--shapes: unknown shape(s) {', '.join(sorted(set(shapes) - set(bench_scaling.SHAPES)))}")
@@ -253,8 +252,6 @@ def main_scaling(args, argv):
 
 
 def main_stream(args, argv):
-    import bench_stream
-
     if args.workdir:
         os.makedirs(args.workdir, exist_ok=True)
     workdir = tempfile.mkdtemp(prefix="diskreplay-stream-", dir=args.workdir)

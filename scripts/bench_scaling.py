@@ -35,6 +35,8 @@ import bench_measure  # scripts/, this script's directory, is on sys.path
 import bench_results
 import bench_workloads
 from bench_stream import allocated
+from diskreplay import DiskReplay
+from diskreplay.verify import verify_store
 
 SHAPES = {
     "W1": dict(state=[4], dtype="float32", num_envs=1, sizes=[10 ** 4, 10 ** 5, 10 ** 6, 10 ** 7]),
@@ -78,9 +80,6 @@ def cold_read_rate(path) -> float:
 
 
 def run_worker(shape_name, size, workdir):
-    from diskreplay import DiskReplay
-    from diskreplay.verify import verify_store
-
     shape = SHAPES[shape_name]
     spec = dict(state=shape["state"], dtype=shape["dtype"], num_envs=shape["num_envs"], max_size=size)
     path = os.path.join(workdir, f"{shape_name}-{size}")

@@ -18,6 +18,8 @@ import numpy as np
 import bench_peers  # scripts/, this script's directory, is on sys.path
 from bench_measure import store_files
 from bench_peers import PEERS
+from seed_replay import SeedReplay
+from slm_per import SLMPrioritizedReplay
 
 FIELDS = ("states", "actions", "rewards", "next_states", "dones")
 
@@ -38,6 +40,8 @@ class DiskReplaySystem(System):
         self.frame_stack = frame_stack  # None: as the workload says; False: whole states (W6's like-for-like)
 
     def create(self, spec, path):
+        # Imported here, not above: a baseline's worker process never loads the library, so
+        # its RssAnon is its own (tests/test_import_rules.py, LAZY_LIBRARY).
         from diskreplay import DiskReplay
 
         fields = {"states": (tuple(spec["state"]), spec["dtype"]), "actions": ((), "int64"),
@@ -289,8 +293,6 @@ class SeedSystem(System):
     """The seed's in-RAM design (scripts/seed_replay.py)."""
 
     def create(self, spec, path):
-        from seed_replay import SeedReplay  # scripts/, this script's directory, is on sys.path
-
         self.mem = SeedReplay(spec["max_size"], 32, num_envs=spec["num_envs"])
         np.random.seed(0)
 
@@ -336,8 +338,6 @@ class SLMPERSystem(System):
     """A faithful port of SLM-Lab's PrioritizedReplay (scripts/slm_per.py), in RAM."""
 
     def create(self, spec, path):
-        from slm_per import SLMPrioritizedReplay  # scripts/, this script's directory, is on sys.path
-
         self.mem = SLMPrioritizedReplay(spec["max_size"], 32, alpha=0.6, epsilon=1e-6, num_envs=spec["num_envs"])
         np.random.seed(0)
         random.seed(0)
