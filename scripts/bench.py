@@ -41,7 +41,8 @@ LazyTensorStorage and on LazyMemmapStorage (W4 too); torch with one thread. One 
 installed is skipped with a line saying so. Every diskreplay figure is also given as a ratio
 to the best of them on its line (x_best_peer).
 
-Method: every (workload, system, repeat) is its own process; repeats go round-robin over
+Method: every (workload, system, repeat) is its own process (scripts/bench_workloads.py, or
+scripts/bench_cold.py for W4 and W6cold, run with ``--worker``); repeats go round-robin over
 the systems, so a burst of load from elsewhere spreads over all of them. Reported: the
 median over repeats and the spread (min-max). Warm-up, the same for every system:
   * storage is preallocated and every page is written once (zeros) before any add, so no
@@ -72,6 +73,12 @@ RssAnon (from /proc/self/status) is sampled at the end of every phase; the maxim
 reported. Ratios divide a system's median by a baseline's median from the same run.
 Peers whose mapping objects are out of reach have their mappings of the store found in
 /proc/self/maps for the W4 drop.
+
+The parts: this file is the driver (the command line, the round-robin of worker processes,
+the machine's facts); bench_workloads.py the workloads' sizes and systems and a warm worker
+run; bench_cold.py a cold one; bench_systems.py the systems but the other libraries
+(bench_peers.py); bench_measure.py RssAnon, /proc/self/io, mincore and the page-cache drop;
+bench_results.py the summaries, ratios, goals and tables.
 """
 from __future__ import annotations
 
