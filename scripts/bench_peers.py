@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import time
 
 import numpy as np
 
@@ -217,8 +218,6 @@ class TorchRLSystem(System):
         self.rb = None
 
     def reopen(self):
-        import time
-
         _one_torch_thread()
         from torchrl.data import ReplayBuffer
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import sys
 
-from bench import BASELINES, best_peer_cell, fmt, goals_table  # scripts/, this script's directory, is on sys.path
+from bench_results import BASELINES, best_peer_cell, fmt, goals_table  # scripts/, this script's directory, is on sys.path
 
 MAIN_METRICS = ("add_per_s", "sample32_per_s", "sample256_per_s")
 

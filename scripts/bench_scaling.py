@@ -31,8 +31,12 @@ import time
 
 import numpy as np
 
-import bench  # scripts/, this script's directory, is on sys.path
+import bench_measure  # scripts/, this script's directory, is on sys.path
+import bench_results
+import bench_workloads
 from bench_stream import allocated
+from diskreplay import DiskReplay
+from diskreplay.verify import verify_store
 
 SHAPES = {
     "W1": dict(state=[4], dtype="float32", num_envs=1, sizes=[10 ** 4, 10 ** 5, 10 ** 6, 10 ** 7]),
@@ -61,7 +65,7 @@ def fits(shape_name, size, workdir) -> str | None:
 
 def cold_read_rate(path) -> float:
     """Bytes/s of a plain sequential read of ``path`` from a cold page cache."""
-    bench.drop_cache([path], [])
+    bench_measure.drop_cache([path], [])
     fd = os.open(path, os.O_RDONLY)
     try:
         total, t = 0, time.perf_counter()
@@ -76,17 +80,14 @@ def cold_read_rate(path) -> float:
 
 
 def run_worker(shape_name, size, workdir):
-    from diskreplay import DiskReplay
-    from diskreplay.verify import verify_store
-
     shape = SHAPES[shape_name]
     spec = dict(state=shape["state"], dtype=shape["dtype"], num_envs=shape["num_envs"], max_size=size)
     path = os.path.join(workdir, f"{shape_name}-{size}")
-    peak, result = bench.Peak(), {"slots": size}
+    peak, result = bench_measure.Peak(), {"slots": size}
     fields = {"states": (tuple(shape["state"]), shape["dtype"]), "actions": ((), "int64"),
               "rewards": ((), "float32"), "dones": ((), "bool")}
     buf = DiskReplay.create(path, size, num_envs=shape["num_envs"], seed=0, fields=fields, overwrite=True)
-    step = bench.step_data(spec)
+    step = bench_workloads.step_data(spec)
     steps = size // shape["num_envs"]
     warm = steps // 10
     add = buf.add
@@ -101,14 +102,14 @@ def run_worker(shape_name, size, workdir):
     buf.close()  # flushes
     result["close_s"] = time.perf_counter() - t
     os.sync()
-    files = bench.store_files(path)
+    files = bench_measure.store_files(path)
     # Bytes on disk, not the files' sizes: jump_states.npy is as large as the states but
     # sparse (nothing of it is written here), and neither verify nor dd reads its holes.
     result["store_bytes"] = sum(allocated(p) for p in files)
 
     def open_once(cold):
         if cold:
-            bench.drop_cache(files, [])
+            bench_measure.drop_cache(files, [])
         t = time.perf_counter()
         b = DiskReplay.open(path, "r")
         elapsed = time.perf_counter() - t
@@ -131,7 +132,7 @@ def run_worker(shape_name, size, workdir):
     mappings = [m for f in buf._session.mapped_files for m in f.maps]
     times = []
     for _ in range(COLD_BATCHES):
-        bench.drop_cache(files, mappings)
+        bench_measure.drop_cache(files, mappings)
         t = time.perf_counter()
         buf.sample(32)
         times.append(time.perf_counter() - t)
@@ -139,7 +140,7 @@ def run_worker(shape_name, size, workdir):
     peak()
     buf.close()
 
-    bench.drop_cache(files, [])
+    bench_measure.drop_cache(files, [])
     t = time.perf_counter()
     report = verify_store(path)
     elapsed = time.perf_counter() - t
@@ -189,7 +190,7 @@ def table(results) -> str:
              "|---|---:|---:|" + "---:|" * len(COLUMNS)]
     for shape_name, sizes in results.items():
         for size, r in sizes.items():
-            cells = [bench.fmt(r[key] * scale) for key, _, scale in COLUMNS]
+            cells = [bench_results.fmt(r[key] * scale) for key, _, scale in COLUMNS]
             lines.append(f"| {shape_name} | {int(size):,} | {r['store_bytes'] / 1e9:.3g} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 

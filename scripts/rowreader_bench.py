@@ -20,7 +20,9 @@ import time
 
 import numpy as np
 
-import bench  # scripts/, this script's directory, is on sys.path
+import bench_measure  # scripts/, this script's directory, is on sys.path
+import bench_systems
+import bench_workloads
 from diskreplay import DiskReplay
 from diskreplay.core import ring
 from diskreplay.disk.rowreader import RowReader
@@ -47,13 +49,13 @@ def main():
                    help="drop only the states' pages (small fields stay cached, as in real training)")
     args = p.parse_args()
     if args.build:
-        system = bench.DiskReplaySystem("memmap")
-        system.create(bench.FULL["W3"], args.store)
-        bench.fill(system, bench.FULL["W3"])
+        system = bench_systems.DiskReplaySystem("memmap")
+        system.create(bench_workloads.FULL["W3"], args.store)
+        bench_workloads.fill(system, bench_workloads.FULL["W3"])
         system.close()
         os.sync()
     buf = DiskReplay.open(args.store, mode="r")
-    files = bench.store_files(args.store)
+    files = bench_measure.store_files(args.store)
     checked = [f for f in files if os.path.basename(f) not in ("meta.bin", "lock")]
     if args.keep_small:  # memmap stores: states.npy only (an hdf5 store holds every field in one file)
         files = checked = [f for f in files if os.path.basename(f) == "states.npy"]
@@ -78,10 +80,10 @@ def main():
         for name, reader in variants.items():
             for phase in ("cold", "warm"):
                 if phase == "cold":
-                    bench.drop_cache(files, mappings)
-                    assert sum(bench.resident_pages(f) for f in checked) == 0
+                    bench_measure.drop_cache(files, mappings)
+                    assert sum(bench_measure.resident_pages(f) for f in checked) == 0
                 reqs = requests_for(buf, idxs)
-                before = bench.read_bytes()
+                before = bench_measure.read_bytes()
                 t = time.perf_counter()
                 if reader is None:  # what Gatherer._gather_large did before gather_many
                     arrays = buf._session.storage.gather_arrays
@@ -93,7 +95,7 @@ def main():
                 elapsed = time.perf_counter() - t
                 (cold if phase == "cold" else warm)[name].append(elapsed)
                 if phase == "cold":
-                    nbytes[name].append(bench.read_bytes() - before)
+                    nbytes[name].append(bench_measure.read_bytes() - before)
     print(f"{'variant':<62} {'cold ms':>8} {'cold/s':>7} {'MB':>5} {'warm ms':>8}")
     for name in variants:
         c = statistics.median(cold[name])
