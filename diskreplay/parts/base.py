@@ -15,7 +15,7 @@ arguments) and an open store (from ``store.json``) build one.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -33,6 +33,7 @@ class Geometry:
     frame_stack: int | None = None
     prioritized: bool = False
     format_version: int | None = None  # None: a store being created (the newest format)
+    desc: dict | None = field(default=None, compare=False, repr=False)  # an open store's store.json
 
     @property
     def states(self) -> FieldSpec:
@@ -46,7 +47,7 @@ class Geometry:
     def of(cls, desc: dict, prioritized: bool) -> "Geometry":
         """The geometry of an existing store with fields, from its description."""
         return cls(get_backend(desc["backend"]), desc["fields"], desc["max_size"], desc["num_envs"], desc["reserve_rows"],
-                   desc.get("frame_stack"), prioritized, desc.get("format_version"))
+                   desc.get("frame_stack"), prioritized, desc.get("format_version"), desc)
 
 
 class Part:
@@ -91,6 +92,34 @@ class Part:
     def open(cls, directory: str, g: Geometry, writable: bool, storage=None):
         """Its open object (``storage``: the store's opened rows, for parts that read row orders)."""
         return None
+
+
+class OpenPart:
+    """A part's open object: what it does while the store is open. The sessions call every
+    hook on every open part (``DataFiles.parts``) and never ask which part it is; each hook
+    is a no-op here, and a part overrides what it needs."""
+
+    @property
+    def mapped_files(self) -> list:
+        """Its memory-mapped files (for tools that drop a process's mapped pages)."""
+        return []
+
+    def recover(self, seen: int, base: int, generation: int, from_checkpoint: bool) -> None:
+        """The writer opened (or materialised) the store at ring state ``(seen, base)``, the
+        newest checkpoint ``generation``; ``from_checkpoint``: recovery rolled back to it."""
+
+    def checkpoint(self, generation: int, seen: int, base: int) -> None:
+        """A flush is about to write checkpoint ``generation`` at ``(seen, base)``: make this
+        part's state of that flush durable first (the header is the commit point)."""
+
+    def undo_reset(self, generation: int) -> None:
+        """A reset that did not become durable is undone: back to checkpoint ``generation``."""
+
+    def sync(self) -> None:
+        """Make its files durable (a flush, before the checkpoint)."""
+
+    def close(self) -> None:
+        """Release its files."""
 
 
 def npy_bytes(shape: tuple, dtype) -> int:

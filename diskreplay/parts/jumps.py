@@ -40,7 +40,7 @@ from ..disk.npyfile import create_npy, expected_npy_bytes, open_npy, read_npy_he
 from ..core.schema import FieldSpec
 from ..format.counters import W_JUMPS
 from ..format.description import JUMPS_VERSION
-from .base import Geometry, Part, npy_bytes
+from .base import Geometry, OpenPart, Part, npy_bytes
 
 JUMPS_FILE = "jumps.npy"
 JUMP_STATES_FILE = "jump_states.npy"
@@ -98,7 +98,7 @@ def rows_differ(states: np.ndarray, previous: np.ndarray) -> np.ndarray:
     return (a != b).any(axis=1)
 
 
-class JumpRing:
+class JumpRing(OpenPart):
     """The opened jump files of a store (see the module docstring)."""
 
     def __init__(self, directory: str, states: FieldSpec, max_size: int, reserve_rows: int, writable: bool,

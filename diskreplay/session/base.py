@@ -26,7 +26,7 @@ from ..parts.stacks.ring import state_spec
 from .files import DataFiles
 from ..format.lock import WriterLock
 from ..core.nstep import nstep_batch
-from ..parts.priorities.files import Priorities, open_priorities
+from ..parts.priorities.files import Priorities
 from ..parts import Geometry
 from ..parts.sampling import Sampler, sampler_for
 from ..parts.priorities.args import check_priorities, is_prioritized
@@ -59,7 +59,6 @@ class Session:
         self.data: DataFiles | None = None
         self.gatherer: Gatherer | None = None
         self.stack_batches: StackBatches | None = None  # a frame-stack store's whole batches (stackbatch.py)
-        self.prio: Priorities | None = None  # a prioritized store's priorities and tree (parts/priorities/)
         self.sampler: Sampler | None = None  # draws slots, uniform or by priority (parts/sampling.py)
         self.recovery_note: str | None = None
         self.seen = self.base = self.draws = self.resets = 0
@@ -95,7 +94,6 @@ class Session:
         if self.data.stacks is not None:
             self.stack_batches = StackBatches(self.data.stacks, self.gatherer, self.data.jumps, self.num_envs,
                                               self.max_size)
-        self.prio = open_priorities(self.directory, self.desc, self.writable)
         if self.sampler is not None:  # fields known at the first add: the same stream, now with priorities
             self.sampler = sampler_for(self.sampler.stream, self.prio, self._current_priorities)
 
@@ -103,6 +101,16 @@ class Session:
         """The store's sampler, its random stream ``draws`` draws in."""
         self.sampler = sampler_for(ring.Sampler(self.desc["seed_entropy"], draws), self.prio,
                                    self._current_priorities)
+
+    @property
+    def prio(self) -> Priorities | None:
+        """A prioritized store's priorities and their tree (``parts/priorities/``), else None."""
+        return self.data.priorities if self.data is not None else None
+
+    @property
+    def parts(self) -> list:
+        """The open objects of the store's parts (none before its fields are known)."""
+        return list(self.data.parts.values()) if self.data is not None else []
 
     # ------------------------------------------------------------------ state
     def refresh(self) -> None:
@@ -146,8 +154,7 @@ class Session:
     @property
     def mapped_files(self) -> list:
         """Every memory-mapped file of the store (for tools that drop a process's mapped pages)."""
-        return ((self.data.mapped_files if self.data is not None else []) + [self.counters.file]
-                + (self.prio.mapped_files if self.prio is not None else []))
+        return (self.data.mapped_files if self.data is not None else []) + [self.counters.file]
 
     @property
     def storage(self):
@@ -419,9 +426,6 @@ class Session:
         """Hook: what a session does while everything is still open (the writer flushes)."""
 
     def _release(self) -> None:
-        if self.prio is not None:
-            self.prio.close()
-            self.prio = None
         self.stack_batches = None
         if self.gatherer is not None:
             self.gatherer.close()

@@ -124,9 +124,9 @@ def remove_data_files(directory: str, backend: Backend, specs, prioritized: bool
 class DataFiles:
     """The opened row data of a store: the backend's rows, the ``ns_buffer`` (two areas of
     ``num_envs`` rows, one per step parity), the per-row CRCs, the checkpoint file and the
-    open objects of the store's parts (``parts``, by part name; the priorities are opened by
-    the session, which holds their settings). ``jumps`` and ``stacks`` name two of them:
-    None where the store has no such part (a format 1 store has no jump ring)."""
+    open objects of the store's parts (``parts``, by part name, each an ``OpenPart``).
+    ``jumps``, ``stacks`` and ``priorities`` name them: None where the store has no such
+    part (a format 1 store has no jump ring, a uniform store no priorities)."""
 
     def __init__(self, directory: str, g: Geometry, writable: bool, frames_layout: str | None = None):
         self.storage: RowStorage | None = None
@@ -159,6 +159,10 @@ class DataFiles:
     @property
     def stacks(self):
         return self.parts.get("stacks")
+
+    @property
+    def priorities(self):
+        return self.parts.get("priorities")
 
     def sync_rows(self) -> None:
         """Make the rows, the ``ns_buffer``, the CRCs and the parts durable (not the checkpoint)."""

@@ -76,8 +76,8 @@ class Flusher:
         ckfile = w.data.ckfile
         copy.copy(ckfile, storage, count, w.num_envs)  # what early work has not copied yet
         ns_rows = w.current_ns() if seen > base else np.zeros_like(w.data.ns[0])
-        if w.prio is not None:  # its snapshot of this generation is durable before the header is
-            w.prio.checkpoint(generation, seen, base)
+        for part in w.parts:  # each part's state of this generation is durable before the header is
+            part.checkpoint(generation, seen, base)
         body_crc = ckfile.commit(slot, generation, seen, base, w.sampler.draws, w.resets, ns_rows,
                                  first_overwrite if count else seen + 1, count, copy.crcs, w.jcount,
                                  w.scount if w.data.stacks is not None else None)

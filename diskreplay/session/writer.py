@@ -136,8 +136,8 @@ class Writer(Session):
         self.overlap = None  # frame stacks: which envs' last step advanced by one frame (None: unknown)
         self.checkpoint = result.checkpoint
         self.recovery_note = result.note
-        if self.prio is not None:
-            self.prio.recover(self.seen, self.base, self.checkpoint.generation, result.from_checkpoint)
+        for part in self.parts:
+            part.recover(self.seen, self.base, self.checkpoint.generation, result.from_checkpoint)
         self._new_sampler(self.draws)
         self.counters.claim(os.getpid(), secrets.randbits(62))
         self.counters.sync()
@@ -352,8 +352,8 @@ class Writer(Session):
             self._read_description()
             self._map_data()
             self.checkpoint = self.data.ckfile.newest()
-            if self.prio is not None:
-                self.prio.recover(self.seen, self.base, self.checkpoint.generation, False)
+            for part in self.parts:
+                part.recover(self.seen, self.base, self.checkpoint.generation, False)
             self.flusher.set_flush_limit()
         except BaseException as exc:
             self._fail(exc)  # half-opened: refuse writes; reopening opens the store as written
@@ -402,8 +402,8 @@ class Writer(Session):
                 # not durable yet: undo it, so memory, counters and checkpoint agree
                 self.counters.commit_state(self.seen, old_base, self.sampler.draws, old_resets)
                 self.base, self.resets = old_base, old_resets
-                if self.prio is not None and self.fields is not None:  # its flush ran: a checkpoint exists
-                    self.prio.undo_reset(self.checkpoint.generation)
+                for part in self.parts:  # with fields, its flush ran: a checkpoint exists
+                    part.undo_reset(self.checkpoint.generation)
                 self.flusher.set_flush_limit()
             raise
 

@@ -41,10 +41,10 @@ from ...backends import get_backend
 from ...errors import CorruptStoreError, EmptyStoreError
 from ...disk.fsutil import preallocate_file
 from ...disk.mapped import MappedFile
-from .args import is_prioritized, read_settings
+from .args import read_settings
 from ...core.schema import FieldSpec
 from . import tree as sumtree
-from ..base import Geometry, Part
+from ..base import Geometry, OpenPart, Part
 
 PRIORITY_FILE = "priorities.bin"
 DATASET = "priorities"
@@ -114,7 +114,7 @@ def _read_header(f: MappedFile, layout: FileLayout, slot: int) -> dict | None:
 
 
 # ---------------------------------------------------------------------- the open priorities
-class Priorities:
+class Priorities(OpenPart):
     """The priorities of one open session (writer or reader) and their tree.
 
     ``tree.leaves[:max_size]`` is always the priority each slot has for sampling: the
@@ -386,16 +386,10 @@ def _slot_ranges(start: int, count: int, m: int) -> list[tuple[int, int]]:
     return out
 
 
-def open_priorities(directory: str, desc: dict, writable: bool) -> Priorities | None:
-    """The store's priorities when it is prioritized and has data files, else None."""
-    if not is_prioritized(desc) or desc["fields"] is None:
-        return None
-    return Priorities(directory, desc, writable)
-
-
 class PrioritiesPart(Part):
-    """Priorities as a part: the ``priorities`` dataset (in the backend) and ``priorities.bin``.
-    The session opens them itself (:func:`open_priorities`: they need the store's settings)."""
+    """Priorities as a part: the ``priorities`` dataset (in the backend) and ``priorities.bin``;
+    open, :class:`Priorities` (with the store's settings, ``alpha`` and ``epsilon``, from
+    ``store.json``)."""
     name = "priorities"
     names = (PRIORITY_FILE,)  # the dataset's file ends in a data suffix (.npy) or lives in data.h5
 
@@ -419,5 +413,9 @@ class PrioritiesPart(Part):
     def create(cls, directory: str, g: Geometry) -> None:
         create_priority_file(directory, g.max_size)
 
+    @classmethod
+    def open(cls, directory: str, g: Geometry, writable: bool, storage=None) -> Priorities:
+        return Priorities(directory, g.desc, writable)
 
-__all__ = ["PrioritiesPart", "PRIORITY_FILE", "DATASET", "Priorities", "open_priorities", "create_priority_file", "data_files"]
+
+__all__ = ["PrioritiesPart", "PRIORITY_FILE", "DATASET", "Priorities", "create_priority_file", "data_files"]

@@ -41,7 +41,7 @@ from ...disk.npyfile import create_npy, open_npy
 from ...core.roworder import SLOT_ORDER, SlotOrder
 from ...core.schema import FieldSpec
 from ...format.counters import W_STACKS
-from ..base import Geometry, Part, npy_bytes
+from ..base import Geometry, OpenPart, Part, npy_bytes
 
 STACK_RECORDS_FILE = "stack_records.npy"
 STACK_STATES_FILE = "stack_states.npy"
@@ -122,7 +122,7 @@ def overlap_rule(num_envs: int, k: int, frame_bytes: int):
     return rule
 
 
-class FrameStacks:
+class FrameStacks(OpenPart):
     """The opened stack files of a frame-stack store (see the module docstring)."""
 
     def __init__(self, directory: str, frame: FieldSpec, k: int, max_size: int, num_envs: int,
