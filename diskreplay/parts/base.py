@@ -115,6 +115,13 @@ class OpenPart:
     def undo_reset(self, generation: int) -> None:
         """A reset that did not become durable is undone: back to checkpoint ``generation``."""
 
+    def copy_into(self, other: "OpenPart", count: int | None, seen: int, base: int, num_envs: int) -> int | None:
+        """``convert``: copy what this part holds for the ring state ``(seen, base)`` (its
+        ``count`` committed records, where it counts records) into ``other``, the same part
+        of the new store, whose rows were copied slot for slot; returns ``other``'s record
+        count (None: a part without a counter word)."""
+        return None
+
     def sync(self) -> None:
         """Make its files durable (a flush, before the checkpoint)."""
 

@@ -45,6 +45,7 @@ from .base import Geometry, OpenPart, Part, npy_bytes
 JUMPS_FILE = "jumps.npy"
 JUMP_STATES_FILE = "jump_states.npy"
 SMALL_BYTES = 4096  # up to this many bytes a step's states are compared as bytes objects
+COPY_BYTES = 8 << 20  # records copied per block by ``convert``
 
 try:  # memcmp compares a frame stack in microseconds; without it, numpy compares (slower)
     memcmp = ctypes.CDLL(None).memcmp
@@ -228,6 +229,21 @@ class JumpRing(OpenPart):
                 raise io_error(f"writing {self.path}", exc) from exc
             self.records[k] = t
         return count + len(rows)
+
+    def copy_into(self, other: "JumpRing", count: int, seen: int, base: int, num_envs: int) -> int:
+        """The records of the transitions the ring holds (all but the newest step, whose next
+        states are the ``ns_buffer``'s), in blocks of ``COPY_BYTES``."""
+        first = max(base, seen - self.window) + 1  # the jump ring's window is max_size
+        ts, ks = self.window_records(count, first, seen - num_envs)
+        return self.copy_records(other, ts, ks)
+
+    def copy_records(self, other: "JumpRing", ts: np.ndarray, ks: np.ndarray) -> int:
+        """Append the records ``ks`` (of transitions ``ts``) to ``other``, from its start; returns how many."""
+        step = max(1, COPY_BYTES // max(1, self.spec.row_bytes))
+        copied = 0
+        for lo in range(0, len(ts), step):
+            copied = other.append(copied, ts[lo:lo + step], self.states(ks[lo:lo + step]))
+        return copied
 
     @property
     def mapped_files(self) -> list:

@@ -112,6 +112,16 @@ class Session:
         """The open objects of the store's parts (none before its fields are known)."""
         return list(self.data.parts.values()) if self.data is not None else []
 
+    def part_counts(self) -> dict:
+        """The committed records of the parts that count them, by part name: the one place a
+        session maps its counters to parts (``jcount``, ``scount``)."""
+        return {"jumps": self.jcount, "stacks": self.scount}
+
+    def current_parts(self) -> None:
+        """Bring every part up to the session's snapshot before its data is read whole."""
+        if self.prio is not None:
+            self._current_priorities()
+
     # ------------------------------------------------------------------ state
     def refresh(self) -> None:
         """Bring ``seen``, ``base``, ``draws`` and ``resets`` up to date (readers re-read them)."""

@@ -1,5 +1,6 @@
 """Copying a store to another backend, block by block, on a ``Reader`` of the source and a
-``Writer`` of the new store (below the facade: this module never imports ``store``)."""
+``Writer`` of the new store (below the facade: this module never imports ``store``): the
+rows slot for slot, then each part's data through its ``copy_into`` hook."""
 from __future__ import annotations
 
 import os
@@ -43,51 +44,20 @@ def convert_store(src, dst, *, backend, progress=None, overwrite=False, block_ro
                                frame_stack=source.frame_stack)
         try:
             state = source.state()
-            ns_rows, jumps, stacks = None, 0, 0
+            ns_rows, counts = None, {}
             if source.fields is not None:
                 _copy_rows(source, target, ring.ring_size(state.seen, state.base, source.max_size),
                            progress, block_rows)
                 ns_rows = source.current_ns()
-                jumps = _copy_jumps(source, target, state)
-                stacks = _copy_stacks(source, target)
-            if source.prio is not None:  # a prioritized store: its priorities as a reader sees them
-                source._current_priorities()
-                target.prio.adopt(source.prio.tree.leaves[:source.max_size], source.prio.view_max_p,
-                                  state.seen, state.base)
-            target.adopt(state, ns_rows, jumps, stacks)
+                source.current_parts()  # e.g. the priorities as a reader of this snapshot sees them
+                for name, part in source.data.parts.items():  # a format 1 store has no jump ring
+                    counts[name] = part.copy_into(target.data.parts[name], source.part_counts().get(name),
+                                                  state.seen, state.base, source.num_envs)
+            target.adopt(state, ns_rows, counts.get("jumps") or 0, counts.get("stacks") or 0)
         finally:
             target.close()
     finally:
         source.close()
-
-
-def _copy_jumps(source: Reader, target: Writer, state: ring.RingState) -> int:
-    """Copy the jump records of the transitions the ring holds (all but the newest step,
-    whose next states are the ``ns_buffer``'s), in blocks; returns how many."""
-    if source.data.jumps is None:  # a format 1 store: its next states follow the ring's rule
-        return 0
-    first = max(state.base, state.seen - source.max_size) + 1
-    ts, ks = source.data.jumps.window_records(source.jcount, first, state.seen - source.num_envs)
-    step = max(1, BLOCK_BYTES // max(1, source.fields["states"].row_bytes))
-    count = 0
-    for lo in range(0, len(ts), step):
-        count = target.data.jumps.append(count, ts[lo:lo + step], source.data.jumps.states(ks[lo:lo + step]))
-    return count
-
-
-def _copy_stacks(source: Reader, target: Writer) -> int:
-    """A frame-stack store: the stack ring's records in its lookup window (whole states that
-    live stacks may start from), and the tail of overwritten frames, row for row."""
-    if source.data.stacks is None:
-        return 0
-    src, dst = source.data.stacks, target.data.stacks
-    ts, ks = src.records.window_records(source.scount, 0, source.seen)
-    step = max(1, BLOCK_BYTES // max(1, src.records.spec.row_bytes))
-    count = 0
-    for lo in range(0, len(ts), step):
-        count = dst.append(count, ts[lo:lo + step], src.records.states(ks[lo:lo + step]))
-    dst.tail[:] = src.tail
-    return count
 
 
 def _copy_rows(source: Reader, target: Writer, size: int, progress, block_rows) -> None:

@@ -323,6 +323,10 @@ class Priorities(OpenPart):
         self.words[W_ASSIGNED], self.words[W_BASE] = seen, base
         self._load(self.live)
 
+    def copy_into(self, other: "Priorities", count, seen: int, base: int, num_envs: int) -> None:
+        """The priorities as this (reader's) session last brought them up to its snapshot."""
+        other.adopt(self.tree.leaves[:self.max_size], self.view_max_p, seen, base)
+
     # ------------------------------------------------------------------ sampling
     def draw(self, sampler: ring.Sampler, size: int, batch_size: int, use_cer: bool, head: int,
              beta: float) -> tuple[np.ndarray, np.ndarray]:

@@ -170,6 +170,14 @@ class FrameStacks(OpenPart):
     def append(self, count: int, ts, states: np.ndarray) -> int:
         return self.records.append(count, ts, states)
 
+    def copy_into(self, other: "FrameStacks", count: int, seen: int, base: int, num_envs: int) -> int:
+        """The stack ring's records in its lookup window (whole states that live stacks may
+        start from), and the tail of overwritten frames, row for row."""
+        ts, ks = self.records.window_records(count, 0, seen)
+        copied = self.records.copy_records(other.records, ts, ks)
+        other.tail[:] = self.tail
+        return copied
+
     def sync(self) -> None:
         self.records.sync()
         self.tail_file.sync()
