@@ -8,12 +8,15 @@ It takes no lock and writes nothing, so it is safe beside a live writer. Checked
   memmap backend, the HDF5 structure and dataset offsets for the hdf5 backend),
   as do ``ns_buffer.npy`` and ``checkpoint.bin``;
 * both checkpoint slots are read (header and body checksums); at least one must be valid;
+* each of the store's parts checks itself (``Part.check``, in ``diskreplay/parts/``):
 * the jump ring (format 2): ``jumps.npy`` and ``jump_states.npy`` have the right header and
   size, and the records lookups search are of transitions in increasing order that were
   added (an unsorted window would hide exact next states);
 * a frame-stack store's stack files (``stack_records.npy``, ``stack_states.npy``,
   ``stack_tail.npy``) have the right header and size, ``ns_buffer.npy`` holds whole stacks,
   and the transition after every jump of the ring is a base (reads rely on it);
+* a prioritized store's priorities: the tree built from them, ``max_p``, empty and occupied
+  slots, the snapshots;
 * every row of every field is read once, in row blocks (bounded memory), through
   positioned reads so that an I/O error is reported instead of killing the process;
   each row that was durable at the last flush is checked against its CRC-32 in
@@ -35,18 +38,15 @@ import numpy as np
 from .core import ring
 from .backends import BACKENDS, get_backend
 from .format.checkpoint import CHECKPOINT_FILE, CheckpointFile, CheckpointLayout
-from .format.counters import COMMIT_RETRIES, COUNTERS_FILE, W_JUMPS, W_STACKS, Counters
+from .format.counters import COMMIT_RETRIES, COUNTERS_FILE, Counters
 from .format.description import DESCRIPTION_FILE, read_description
 from .errors import DiskReplayError, StoreLockedError
 from .disk.fsutil import pread_all as _pread_all
-from .parts import Geometry
-from .parts.jumps import JUMPS_FILE, Jumps, jump_capacity
-from .parts.stacks.ring import STACK_RECORDS_FILE, Stacks, record_window
+from .parts import Geometry, parts_of
+from .parts.base import Checks
 from .format.directory import CREATING_MARKER, NS_FILE, check_is_store
 from .parts.stacks.ring import state_spec
-from .format.lock import writer_alive
 from .disk.npyfile import read_npy_header
-from .parts.priorities.files import PRIORITY_FILE, Priorities
 from .parts.priorities.args import is_prioritized
 from .core.roworder import LAYOUT_KEY, SLOT_ORDER, states_order
 from .format.rowsums import ROWSUMS_FILE, batch_sums
@@ -111,7 +111,7 @@ def verify_store(path, progress: Callable[[int, int], None] | None = None) -> Ve
     fields, num_envs = desc["fields"], desc["num_envs"]
 
     # -- live counters
-    seen = base = jumps = stacks = None
+    seen = base = words = None
     try:
         counters = Counters(directory, writable=False)
     except DiskReplayError as exc:
@@ -130,7 +130,7 @@ def verify_store(path, progress: Callable[[int, int], None] | None = None) -> Ve
                 report.problem(f"{counters.path}: {problem}")
             else:
                 seen, _, base, _, _ = counters.snapshot()
-                jumps, stacks = int(counters.words[W_JUMPS]), int(counters.words[W_STACKS])
+                words = np.array(counters.words, copy=True)  # the parts' counts, as of this snapshot
                 report.checked["seen_size"] = seen
         finally:
             counters.close()
@@ -145,7 +145,6 @@ def verify_store(path, progress: Callable[[int, int], None] | None = None) -> Ve
     starts = _data_starts(directory, desc, report)
     states = state_spec(fields, desc.get("frame_stack"))  # a whole state (frame stacks: k frames)
     _check_npy(os.path.join(directory, NS_FILE), (2, num_envs) + states.shape, states.dtype, report)
-    stack_records = _check_stacks(directory, desc, report) if desc.get("frame_stack") else None
 
     # -- checkpoints
     layout = CheckpointLayout(fields, num_envs, desc["reserve_rows"], states)
@@ -178,65 +177,20 @@ def verify_store(path, progress: Callable[[int, int], None] | None = None) -> Ve
         finally:
             ck.close()
 
-    if desc["format_version"] >= 2:
-        jumped = _check_jumps(directory, desc, seen, jumps, report)
-        if stack_records is not None and jumped is not None:
-            _check_stack_bases(directory, desc, seen, base, stacks, stack_records, jumped, report)
+    # -- the parts (the jump ring, frame stacks, priorities), each by its own checks
+    g = Geometry.of(desc, is_prioritized(desc))
+    checks = Checks(directory, desc, g, seen, base, words, report,
+                    lambda path, shape, dtype: _check_npy(path, shape, dtype, report),
+                    lambda index: _word(directory, index))
+    for part in parts_of(g):
+        part.check(checks)
 
     # -- every row, once
     if seen is None:
         report.notes.append("rows were not read: the live counters cannot be trusted")
     elif starts:
         _read_rows(directory, desc, starts, (seen, base), checkpoint_seen, report, progress)
-    if seen is not None and is_prioritized(desc):
-        _check_priorities(directory, desc, seen, base, report)
     return report
-
-
-def _check_priorities(directory: str, desc: dict, seen: int, base: int, report: VerifyReport) -> None:
-    """A prioritized store: its priorities as a reader sees them, the tree built from them
-    checked node by node, ``max_p``, empty and occupied slots, the snapshots."""
-    try:
-        prio = Priorities(directory, desc, writable=False)
-    except DiskReplayError as exc:
-        report.problem(f"{PRIORITY_FILE}: {exc}")
-        return
-    try:
-        report.count("files")
-        prio.refresh_reader(seen, base, None, lambda: writer_alive(directory))
-        for problem in prio.problems(seen, base):
-            report.problem(problem)
-        report.checked["priorities"] = desc["max_size"]
-    except DiskReplayError as exc:
-        report.problem(f"{PRIORITY_FILE}: {exc}")
-    finally:
-        prio.close()
-
-
-def _check_jumps(directory: str, desc: dict, seen: int | None, jumps: int | None, report) -> np.ndarray | None:
-    """The jump ring's files, and the records lookups search (``jumps.py``): returns those
-    records (transitions) when they are sound."""
-    max_size = desc["max_size"]
-    capacity = jump_capacity(max_size, desc["reserve_rows"])
-    records = os.path.join(directory, JUMPS_FILE)
-    offset = _check_part_files(directory, desc, Jumps, report)[JUMPS_FILE]
-    if offset is None or seen is None:
-        return None
-    ks = np.arange(max(0, jumps - max_size), jumps, dtype=np.int64)
-    with open(records, "rb") as f:
-        ring = np.fromfile(f, "<i8", count=capacity, offset=offset)
-    ts = ring[ks % capacity]
-    report.checked["jump_records"] = len(ts)
-    # A live writer stores the count before it commits a step: records up to one step ahead.
-    ahead = seen + desc["num_envs"]
-    if len(ts) and ((np.diff(ts) <= 0).any() or ts[0] < 1 or ts[-1] > ahead):
-        if _word(directory, W_JUMPS) != jumps:  # a live writer recorded jumps meanwhile, over the oldest read
-            report.notes.append(f"{JUMPS_FILE}: not checked, a live writer kept recording jumps")
-            return None
-        report.problem(f"{records}: the newest {len(ts)} records are not transitions in increasing order "
-                       f"up to seen_size {seen}; exact next states of autoreset jumps may be wrong")
-        return None
-    return ts
 
 
 def _word(directory: str, index: int) -> int:
@@ -246,40 +200,6 @@ def _word(directory: str, index: int) -> int:
         return int(counters.words[index])
     finally:
         counters.close()
-
-
-def _check_stacks(directory: str, desc: dict, report: VerifyReport) -> int | None:
-    """A frame-stack store's stack files (``framestack.py``): headers and sizes; returns
-    where the records of ``stack_records.npy`` start, if its header is sound."""
-    return _check_part_files(directory, desc, Stacks, report)[STACK_RECORDS_FILE]
-
-
-def _check_part_files(directory: str, desc: dict, part, report: VerifyReport) -> dict:
-    """Headers and sizes of a part's ``.npy`` files, as the part declares them: each file's
-    data offset, or None where it is unsound (reported)."""
-    g = Geometry.of(desc, is_prioritized(desc))
-    return {name: _check_npy(os.path.join(directory, name), shape, dtype, report)
-            for name, (shape, dtype) in part.npy_files(g).items()}
-
-
-def _check_stack_bases(directory: str, desc: dict, seen: int, base: int, stacks: int, offset: int,
-                       jumped: np.ndarray, report: VerifyReport) -> None:
-    """Every jump's next transition of the same env (``t + num_envs``) in the ring is a base:
-    a batch searches the jump ring only at bases (``stackbatch.py``; FORMAT.md)."""
-    n, m, window = desc["num_envs"], desc["max_size"], record_window(desc["max_size"], desc["num_envs"],
-                                                                      desc["frame_stack"])
-    capacity, path = window + desc["reserve_rows"], os.path.join(directory, STACK_RECORDS_FILE)
-    needs = jumped[(jumped + n > max(base, seen - m)) & (jumped + n <= seen)] + n
-    records = np.fromfile(path, "<i8", count=capacity, offset=offset)
-    missing = needs[~np.isin(needs, records[np.arange(max(0, stacks - window), stacks) % capacity])]
-    report.checked["jump_bases"] = len(needs)
-    if not len(missing):
-        return
-    if _word(directory, W_STACKS) != stacks:  # a live writer recorded bases meanwhile, over the oldest read
-        report.notes.append(f"{STACK_RECORDS_FILE}: jump bases not checked, a live writer kept recording bases")
-        return
-    report.problem(f"{path}: {len(missing)} transition(s) after an autoreset jump are not bases (first: "
-                   f"{int(missing[0])}); their stacks may be rebuilt from the wrong frames")
 
 
 def _data_starts(directory: str, desc: dict, report: VerifyReport) -> dict:

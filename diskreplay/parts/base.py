@@ -15,6 +15,7 @@ arguments) and an open store (from ``store.json``) build one.
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -92,6 +93,36 @@ class Part:
     def open(cls, directory: str, g: Geometry, writable: bool, storage=None):
         """Its open object (``storage``: the store's opened rows, for parts that read row orders)."""
         return None
+
+    @classmethod
+    def check(cls, c: "Checks") -> None:
+        """``verify``'s checks of the part, read-only and safe beside a live writer: by default
+        the headers and sizes of its ``.npy`` files; problems go to ``c.report``."""
+        c.npy_files(cls)
+
+
+@dataclass
+class Checks:
+    """What ``verify`` gives each part's ``check``: the store (``directory``, its description
+    ``desc`` and geometry ``g``), the live counters read once (``seen``, ``base`` and the
+    words, all None where they cannot be trusted), the report, and ``found``, where a part
+    leaves results a later part checks against (the jump ring's transitions for the stack
+    ring's bases; parts are checked in ``PARTS`` order)."""
+    directory: str
+    desc: dict
+    g: Geometry
+    seen: int | None
+    base: int | None
+    words: object  # a copy of meta.bin's words, or None
+    report: object  # verify.VerifyReport: problem(), notes, checked, count()
+    check_npy: object  # check_npy(path, shape, dtype) -> data offset, or None (reported)
+    word_now: object  # word_now(index) -> that word of meta.bin as it is now (has a live writer moved it?)
+    found: dict = field(default_factory=dict)
+
+    def npy_files(self, part) -> dict:
+        """Headers and sizes of ``part``'s ``.npy`` files: each file's data offset, or None (reported)."""
+        return {name: self.check_npy(os.path.join(self.directory, name), shape, dtype)
+                for name, (shape, dtype) in part.npy_files(self.g).items()}
 
 
 class OpenPart:

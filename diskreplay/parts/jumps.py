@@ -40,7 +40,7 @@ from ..disk.npyfile import create_npy, expected_npy_bytes, open_npy, read_npy_he
 from ..core.schema import FieldSpec
 from ..format.counters import W_JUMPS
 from ..format.description import JUMPS_VERSION
-from .base import Geometry, OpenPart, Part, npy_bytes
+from .base import Checks, Geometry, OpenPart, Part, npy_bytes
 
 JUMPS_FILE = "jumps.npy"
 JUMP_STATES_FILE = "jump_states.npy"
@@ -297,6 +297,33 @@ class Jumps(Part):
     @classmethod
     def open(cls, directory: str, g: Geometry, writable: bool, storage=None) -> JumpRing:
         return JumpRing(directory, g.states, g.max_size, g.reserve_rows, writable)
+
+    @classmethod
+    def check(cls, c: Checks) -> None:
+        """Its files, and the records lookups search: transitions in increasing order that
+        were added (an unsorted window would hide exact next states). Leaves them in
+        ``c.found["jumped"]`` when they are sound."""
+        offset = c.npy_files(cls)[JUMPS_FILE]
+        if offset is None or c.seen is None:
+            return
+        jumps, max_size = int(c.words[W_JUMPS]), c.g.max_size
+        capacity = jump_capacity(max_size, c.g.reserve_rows)
+        records = os.path.join(c.directory, JUMPS_FILE)
+        ks = np.arange(max(0, jumps - max_size), jumps, dtype=np.int64)
+        with open(records, "rb") as f:
+            ring = np.fromfile(f, "<i8", count=capacity, offset=offset)
+        ts = ring[ks % capacity]
+        c.report.checked["jump_records"] = len(ts)
+        # A live writer stores the count before it commits a step: records up to one step ahead.
+        ahead = c.seen + c.g.num_envs
+        if len(ts) and ((np.diff(ts) <= 0).any() or ts[0] < 1 or ts[-1] > ahead):
+            if c.word_now(W_JUMPS) != jumps:  # a live writer recorded jumps meanwhile, over the oldest read
+                c.report.notes.append(f"{JUMPS_FILE}: not checked, a live writer kept recording jumps")
+                return
+            c.report.problem(f"{records}: the newest {len(ts)} records are not transitions in increasing order "
+                             f"up to seen_size {c.seen}; exact next states of autoreset jumps may be wrong")
+            return
+        c.found["jumped"] = ts
 
 
 __all__ = ["Jumps", "JUMPS_FILE", "JUMP_STATES_FILE", "JumpRing", "memcmp", "same_bytes", "create_jump_files", "jump_capacity",

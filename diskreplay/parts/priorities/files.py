@@ -38,13 +38,14 @@ import numpy as np
 
 from ...core import ring
 from ...backends import get_backend
-from ...errors import CorruptStoreError, EmptyStoreError
+from ...errors import CorruptStoreError, DiskReplayError, EmptyStoreError
 from ...disk.fsutil import preallocate_file
 from ...disk.mapped import MappedFile
+from ...format.lock import writer_alive
 from .args import read_settings
 from ...core.schema import FieldSpec
 from . import tree as sumtree
-from ..base import Geometry, OpenPart, Part
+from ..base import Checks, Geometry, OpenPart, Part
 
 PRIORITY_FILE = "priorities.bin"
 DATASET = "priorities"
@@ -420,6 +421,28 @@ class PrioritiesPart(Part):
     @classmethod
     def open(cls, directory: str, g: Geometry, writable: bool, storage=None) -> Priorities:
         return Priorities(directory, g.desc, writable)
+
+    @classmethod
+    def check(cls, c: Checks) -> None:
+        """Its priorities as a reader sees them, the tree built from them checked node by
+        node, ``max_p``, empty and occupied slots, the snapshots."""
+        if c.seen is None:
+            return
+        try:
+            prio = Priorities(c.directory, c.desc, writable=False)
+        except DiskReplayError as exc:
+            c.report.problem(f"{PRIORITY_FILE}: {exc}")
+            return
+        try:
+            c.report.count("files")
+            prio.refresh_reader(c.seen, c.base, None, lambda: writer_alive(c.directory))
+            for problem in prio.problems(c.seen, c.base):
+                c.report.problem(problem)
+            c.report.checked["priorities"] = c.g.max_size
+        except DiskReplayError as exc:
+            c.report.problem(f"{PRIORITY_FILE}: {exc}")
+        finally:
+            prio.close()
 
 
 __all__ = ["PrioritiesPart", "PRIORITY_FILE", "DATASET", "Priorities", "create_priority_file", "data_files"]

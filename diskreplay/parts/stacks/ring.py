@@ -41,7 +41,7 @@ from ...disk.npyfile import create_npy, open_npy
 from ...core.roworder import SLOT_ORDER, SlotOrder
 from ...core.schema import FieldSpec
 from ...format.counters import W_STACKS
-from ..base import Geometry, OpenPart, Part, npy_bytes
+from ..base import Checks, Geometry, OpenPart, Part, npy_bytes
 
 STACK_RECORDS_FILE = "stack_records.npy"
 STACK_STATES_FILE = "stack_states.npy"
@@ -288,6 +288,29 @@ class Stacks(Part):
     def open(cls, directory: str, g: Geometry, writable: bool, storage=None) -> "FrameStacks":
         return FrameStacks(directory, g.specs["states"], g.frame_stack, g.max_size, g.num_envs, g.reserve_rows,
                            writable, storage.order("states"))
+
+    @classmethod
+    def check(cls, c: Checks) -> None:
+        """Its files, and that every jump's next transition of the same env (``t + num_envs``)
+        in the ring is a base: a batch searches the jump ring only at bases (``decode.py``)."""
+        offset = c.npy_files(cls)[STACK_RECORDS_FILE]
+        jumped = c.found.get("jumped")
+        if offset is None or jumped is None:
+            return
+        n, m = c.g.num_envs, c.g.max_size
+        stacks, window = int(c.words[W_STACKS]), record_window(m, n, c.g.frame_stack)
+        capacity, path = window + c.g.reserve_rows, os.path.join(c.directory, STACK_RECORDS_FILE)
+        needs = jumped[(jumped + n > max(c.base, c.seen - m)) & (jumped + n <= c.seen)] + n
+        records = np.fromfile(path, "<i8", count=capacity, offset=offset)
+        missing = needs[~np.isin(needs, records[np.arange(max(0, stacks - window), stacks) % capacity])]
+        c.report.checked["jump_bases"] = len(needs)
+        if not len(missing):
+            return
+        if c.word_now(W_STACKS) != stacks:  # a live writer recorded bases meanwhile, over the oldest read
+            c.report.notes.append(f"{STACK_RECORDS_FILE}: jump bases not checked, a live writer kept recording bases")
+            return
+        c.report.problem(f"{path}: {len(missing)} transition(s) after an autoreset jump are not bases (first: "
+                         f"{int(missing[0])}); their stacks may be rebuilt from the wrong frames")
 
 
 __all__ = ["Stacks", "STACK_FILES", "STACK_RECORDS_FILE", "STACK_STATES_FILE", "STACK_TAIL_FILE", "FrameStacks",
