@@ -57,6 +57,8 @@ class Part:
     names: tuple = ()           # every file name the part may ever own (the directory's own names)
     word: int | None = None     # its count word in meta.bin, or None
     header: str | None = None   # its field in the checkpoint header, or None
+    since: int | None = None    # the format version that brought it, where a writer adds it to older stores
+    gives: str = ""             # what it gives readers, for the message that asks a reader to reopen
 
     @classmethod
     def wanted(cls, g: Geometry) -> bool:
@@ -128,7 +130,30 @@ class Checks:
 class OpenPart:
     """A part's open object: what it does while the store is open. The sessions call every
     hook on every open part (``DataFiles.parts``) and never ask which part it is; each hook
-    is a no-op here, and a part overrides what it needs."""
+    is a no-op here, and a part overrides what it needs.
+
+    A part with a counter word (``part.word``: the jump ring, the stack ring) counts the
+    records it committed: ``count`` is that count in the session's snapshot, ``limit`` the
+    count past which the writer flushes first (``reserve_rows`` records past the newest
+    checkpoint's, ``Flusher.set_flush_limit``)."""
+
+    part: type = None  # its Part class (set when the store's files are opened)
+    count = 0
+    limit = 1 << 62
+
+    def record(self, words, count: int) -> None:
+        """Store ``count`` in its counter word (a step's records, before the step commits)."""
+        words[self.part.word] = count
+
+    def snapshot(self, words, seen: int, num_envs: int, view) -> int:
+        """A reader's committed count at ``seen`` (``view``: a dead writer's recovered view,
+        or None), from ``meta.bin``'s ``words``."""
+        return 0
+
+    def kept(self, words, seen: int, intent: int, num_envs: int, count: int) -> bool:
+        """Whether a read from the snapshot at ``seen`` (its count ``count``) may still trust
+        this part's records, given the writer's ``words`` now and its step in flight ``intent``."""
+        return True
 
     @property
     def mapped_files(self) -> list:

@@ -230,6 +230,17 @@ class JumpRing(OpenPart):
             self.records[k] = t
         return count + len(rows)
 
+    def snapshot(self, words, seen: int, num_envs: int, view) -> int:
+        """Read after ``seen``: the writer stores the count before it commits a step."""
+        if view is not None:
+            return view.jumps
+        return self.committed(int(words[W_JUMPS]), seen, num_envs)
+
+    def kept(self, words, seen: int, intent: int, num_envs: int, count: int) -> bool:
+        """Records written since the snapshot (one step more may be in flight) must not have
+        reached the window of records a read searched."""
+        return int(words[W_JUMPS]) + num_envs - count <= self.room
+
     def copy_into(self, other: "JumpRing", count: int, seen: int, base: int, num_envs: int) -> int:
         """The records of the transitions the ring holds (all but the newest step, whose next
         states are the ``ns_buffer``'s), in blocks of ``COPY_BYTES``."""
@@ -270,6 +281,8 @@ class Jumps(Part):
     names = (JUMPS_FILE, JUMP_STATES_FILE)
     word = W_JUMPS
     header = "jumps"
+    since = JUMPS_VERSION
+    gives = ": its next states are exact"
 
     @classmethod
     def wanted(cls, g: Geometry) -> bool:

@@ -62,8 +62,6 @@ class Session:
         self.sampler: Sampler | None = None  # draws slots, uniform or by priority (parts/sampling.py)
         self.recovery_note: str | None = None
         self.seen = self.base = self.draws = self.resets = 0
-        self.jcount = 0  # committed records of the jump ring (jumps.py) in the current snapshot
-        self.scount = 0  # committed records of a frame-stack store's stack ring (framestack.py)
         try:
             check_is_store(self.directory)
             self._read_description()
@@ -112,10 +110,27 @@ class Session:
         """The open objects of the store's parts (none before its fields are known)."""
         return list(self.data.parts.values()) if self.data is not None else []
 
+    @property
+    def counted(self) -> list:
+        """The open parts that count committed records (``OpenPart.count``)."""
+        return self.data.counted if self.data is not None else []
+
     def part_counts(self) -> dict:
-        """The committed records of the parts that count them, by part name: the one place a
-        session maps its counters to parts (``jcount``, ``scount``)."""
-        return {"jumps": self.jcount, "stacks": self.scount}
+        """The committed records of the parts that count them, by part name."""
+        return {part.part.name: part.count for part in self.counted}
+
+    @property
+    def jcount(self) -> int:
+        """The jump ring's committed records in the current snapshot (0 without one): what
+        the reads that patch exact next states search."""
+        jumps = self.data.jumps if self.data is not None else None
+        return jumps.count if jumps is not None else 0
+
+    @property
+    def scount(self) -> int:
+        """A frame-stack store's stack ring's committed records in the current snapshot."""
+        stacks = self.data.stacks if self.data is not None else None
+        return stacks.count if stacks is not None else 0
 
     def current_parts(self) -> None:
         """Bring every part up to the session's snapshot before its data is read whole."""

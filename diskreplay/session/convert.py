@@ -53,7 +53,7 @@ def convert_store(src, dst, *, backend, progress=None, overwrite=False, block_ro
                 for name, part in source.data.parts.items():  # a format 1 store has no jump ring
                     counts[name] = part.copy_into(target.data.parts[name], source.part_counts().get(name),
                                                   state.seen, state.base, source.num_envs)
-            target.adopt(state, ns_rows, counts.get("jumps") or 0, counts.get("stacks") or 0)
+            target.adopt(state, ns_rows, counts)
         finally:
             target.close()
     finally:

@@ -134,6 +134,7 @@ class DataFiles:
         self.sums_file: MappedFile | None = None
         self.ckfile: CheckpointFile | None = None
         self.parts: dict = {}
+        self.counted: list = []
         try:
             self.storage = g.backend.open(directory, g.specs, g.max_size, writable)
             self.storage.orders["states"] = states_order(frames_layout, g.max_size, g.num_envs)
@@ -147,7 +148,10 @@ class DataFiles:
             for part in parts_of(g):
                 opened = part.open(directory, g, writable, self.storage)
                 if opened is not None:
+                    opened.part = part
                     self.parts[part.name] = opened
+            # the parts that count committed records in a counter word
+            self.counted = [opened for opened in self.parts.values() if opened.part.word is not None]
         except BaseException:
             self.close()
             raise
@@ -185,3 +189,4 @@ class DataFiles:
                 res.close()
         self.storage = self.ns_file = self.sums_file = self.ckfile = None
         self.parts = {}
+        self.counted = []

@@ -43,8 +43,6 @@ class Flusher:
         self.undo_copy = None  # the next checkpoint's undo rows copied ahead (None: not planned; False: nothing)
         self.written_back = 0  # transitions whose writeback early work started
         self.early_at = 1 << 62  # the transition past which an add hands over early work
-        # How far the side rings may count past the newest checkpoint before a flush is due.
-        self.jump_limit = self.stack_limit = 1 << 62
 
     def flush(self) -> None:
         w, ws = self.w, self.ws
@@ -79,8 +77,8 @@ class Flusher:
         for part in w.parts:  # each part's state of this generation is durable before the header is
             part.checkpoint(generation, seen, base)
         body_crc = ckfile.commit(slot, generation, seen, base, w.sampler.draws, w.resets, ns_rows,
-                                 first_overwrite if count else seen + 1, count, copy.crcs, w.jcount,
-                                 w.scount if w.data.stacks is not None else None)
+                                 first_overwrite if count else seen + 1, count, copy.crcs,
+                                 **{part.part.header: part.count for part in w.counted})
         w.checkpoint = ckfile.read_header(slot, body_crc)  # the header read back; the body's CRC as written
         if w.checkpoint is None:
             raise StoreIOError(f"{ckfile.path}: the checkpoint just written does not read back")
@@ -156,17 +154,17 @@ class Flusher:
         large store, all on one add)."""
         w, ws = self.w, self.ws
         if w.fields is None:
-            ws.flush_before = ws.due = self.jump_limit = self.stack_limit = self.early_at = 1 << 62
+            ws.flush_before = ws.due = self.early_at = 1 << 62
             self.written_back = 0
             self.undo_copy = False
             return
         c = w.checkpoint
         # The jump ring keeps reserve_rows records of room beyond the checkpoint's window (jumps.py),
-        # and so does a frame-stack store's stack ring (parts/stacks/). Records since the
-        # checkpoint are of transitions after c.seen - num_envs, so the row limit below implies
-        # the jump ring's; it stays as the rule the jump ring relies on.
-        self.jump_limit = (c.jumps if c else w.jcount) + w.reserve_rows
-        self.stack_limit = (c.stacks if c else w.scount) + w.reserve_rows
+        # and so does a frame-stack store's stack ring (parts/stacks/): each counting part's
+        # limit. Records since the checkpoint are of transitions after c.seen - num_envs, so
+        # the row limit below implies the jump ring's; it stays as the rule the jump ring relies on.
+        for part in w.counted:
+            part.limit = (getattr(c, part.part.header) if c else part.count) + w.reserve_rows
         if c is not None and c.base == ws.base:
             limit = c.seen + w.reserve_rows
         else:  # no checkpoint of this ring yet (a reset not yet flushed): only the wrap needs one

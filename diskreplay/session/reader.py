@@ -15,10 +15,11 @@ import time
 import numpy as np
 
 from ..core import ring
-from ..format.counters import COMMIT_RETRIES, W_CLEAN, W_INTENT, W_JUMPS, W_KEY, W_RESETS, W_STACKS, Counters
+from ..format.counters import COMMIT_RETRIES, W_CLEAN, W_INTENT, W_KEY, W_RESETS, Counters
 from ..errors import CorruptStoreError, ReadOnlyError, StoreClosedError, TornReadError
 from ..format.lock import writer_alive
 from ..format.recovery import VirtualView, reserve_indices, virtual_view
+from ..parts import PARTS
 from .base import Session
 
 ALIVE_TTL = 0.2  # seconds a "is the writer alive" answer is reused (/proc/locks is not free)
@@ -71,24 +72,20 @@ class Reader(Session):
         if self.fields is None and seen:
             raise CorruptStoreError(f"{self.counters.path}: seen_size is {seen} but the store has no fields")
         self._check_files()
-        self.jcount = self._jump_count(words)
-        stacks = self.data.stacks if self.data is not None else None
-        if stacks is not None:
-            self.scount = self.view.stacks if self.view is not None else \
-                stacks.committed(int(words[W_STACKS]), self.seen)
+        self._check_parts_unchanged(words)
+        for part in self.counted:  # each part's committed count in this snapshot
+            part.count = part.snapshot(words, self.seen, self.num_envs, self.view)
 
-    def _jump_count(self, words) -> int:
-        """The committed records of the jump ring in this snapshot (read after ``seen``:
-        the writer stores the count before it commits a step)."""
-        jumps = self.data.jumps if self.data is not None else None
-        if jumps is None:
-            if int(words[W_JUMPS]):
-                raise CorruptStoreError(f"{self.path} was upgraded to format 2 by a writer since this reader "
-                                        "opened it (its next states are exact now); reopen it")
-            return 0
-        if self.view is not None:
-            return self.view.jumps
-        return jumps.committed(int(words[W_JUMPS]), self.seen, self.num_envs)
+    def _check_parts_unchanged(self, words) -> None:
+        """A part this reader did not open (a format 1 store has no jump ring) that a writer
+        has made since and counts records in: the reader cannot read it; reopening does."""
+        if self.data is None:
+            return
+        for part in PARTS:
+            if part.word is not None and part.name not in self.data.parts and int(words[part.word]):
+                raise CorruptStoreError(
+                    f"{self.path} was upgraded to format {part.since} by a writer since this reader opened "
+                    f"it (it has {part.name} now{part.gives}); reopen it")
 
     def _check_files(self) -> None:
         """Refuse to read through a mapping whose file was truncated (SIGBUS) or replaced
@@ -141,7 +138,8 @@ class Reader(Session):
         deadline = time.monotonic() + READ_PATIENCE
         while time.monotonic() < deadline:
             key, view = self.key, self.view
-            seen, n, jcount, scount = self.seen, self.num_envs, self.jcount, self.scount
+            seen, n = self.seen, self.num_envs
+            counts = [(part, part.count) for part in self.counted]
             head = ring.ring_head(seen, self.base, self.max_size)
             fix = None
             if view is not None and view.overlay is not None:
@@ -152,26 +150,15 @@ class Reader(Session):
             result, slots = read(gather, head)
             words = self.counters.words
             intent = int(words[W_INTENT])
-            # Records written since the snapshot (one step more may be in flight) must not
-            # have reached the window of records this read searched (``jumps.py``).
+            # Each part's records written since the snapshot must not have reached what this
+            # read searched (OpenPart.kept: the jump ring's window, the stack ring and tail).
             if int(words[W_KEY]) == key and int(words[W_RESETS]) == self.resets and \
                     not self._touched(slots, head, intent, ns_touched=intent >= seen + 2 * n) and \
-                    (self.data is None or self.data.jumps is None
-                     or int(words[W_JUMPS]) + n - jcount <= self.data.jumps.room) and \
-                    self._stacks_kept(words, seen, intent, scount):
+                    all(part.kept(words, seen, intent, n, count) for part, count in counts):
                 return result
             time.sleep(0.0002)
             self.refresh()
         raise TornReadError(f"{self.path}: the writer kept overwriting the requested rows; try again")
-
-    def _stacks_kept(self, words, seen: int, intent: int, scount: int) -> bool:
-        """Frame stacks: whether a read from the snapshot at ``seen`` may trust the stack
-        ring's records (fewer than its room written since) and the tail (whose rows are
-        rewritten only ``room`` transitions after the snapshot's oldest frames died)."""
-        stacks = self.data.stacks if self.data is not None else None
-        if stacks is None:
-            return True
-        return int(words[W_STACKS]) + self.num_envs - scount <= stacks.room and intent - seen <= stacks.room
 
     def _touched(self, idxs, head, intent, ns_touched) -> bool:
         """Whether the writer may have rewritten any of these slots (or their next-state

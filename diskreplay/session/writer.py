@@ -32,8 +32,8 @@ import numpy as np
 
 from ..core import ring
 from ..backends import BACKENDS, get_backend
-from ..format.counters import (W_CHECK, W_CLEAN, W_DRAWS, W_INTENT, W_JUMPS, W_KEY, W_PID, W_SEEN, W_STACKS, Counters,
-                       begin_step, commit_step, create_counters, record_jumps, record_stacks)
+from ..format.counters import (W_CHECK, W_CLEAN, W_DRAWS, W_INTENT, W_KEY, W_PID, W_SEEN, Counters, begin_step,
+                               commit_step, create_counters)
 from ..format.description import JUMPS_VERSION, new_description, read_description, write_description
 from ..errors import (DiskReplayError, ReadOnlyError, ReentrantCallError, SchemaMismatchError, StoreClosedError,
                      StoreIOError)
@@ -131,8 +131,8 @@ class Writer(Session):
                                     self.max_size, self.reserve_rows)
         s = result.state
         self.seen, self.base, self.draws, self.resets = s.seen, s.base, s.draws, s.resets
-        self.jcount = result.jumps
-        self.scount = result.stacks
+        for part in self.counted:  # the committed records recovery found, by checkpoint field name
+            part.count = getattr(result, part.part.header)
         self.overlap = None  # frame stacks: which envs' last step advanced by one frame (None: unknown)
         self.checkpoint = result.checkpoint
         self.recovery_note = result.note
@@ -224,13 +224,13 @@ class Writer(Session):
         previous = self.data.ns[(seen // n) & 1]  # the other parity's area: this step leaves it intact
         jumped = rows_differ(values[0], previous) if seen > self.base else np.zeros(n, bool)
         new = int(jumped.sum())
-        stacks = self.data.stacks
+        jumps, stacks = self.data.jumps, self.data.stacks  # a writer's store always has the jump ring
         if stacks is not None:  # bases: states that do not continue their env's previous state
             overlap, self.overlap = self.overlap, None  # unknown until this step commits
             bases = jumped | (~overlap if overlap is not None and seen > self.base else True)
         flusher = self.flusher
-        if t_end > self.flush_before or self.jcount + new > flusher.jump_limit or (
-                stacks is not None and self.scount + int(bases.sum()) > flusher.stack_limit):
+        if t_end > self.flush_before or jumps.count + new > jumps.limit or (
+                stacks is not None and stacks.count + int(bases.sum()) > stacks.limit):
             self._flush_now()
         elif t_end > flusher.early_at:
             flusher.work_early()
@@ -249,16 +249,16 @@ class Writer(Session):
             arr[order.span(start, fit)] = value[:fit]
             if fit < n:  # the step wraps around the ring end
                 arr[order.span(0, n - fit)] = value[fit:]
-        count = self.jcount
+        count = jumps.count
         if new:
             try:
-                count = self.data.jumps.append(count, seen - n + 1 + np.flatnonzero(jumped), previous[jumped])
+                count = jumps.append(count, seen - n + 1 + np.flatnonzero(jumped), previous[jumped])
             except DiskReplayError as exc:  # a write error (EIO, a full disk): as after a failed sync,
                 self.settle()               # the disk may not hold what we think; refuse writes until reopened
                 self._fail(exc)
                 raise
-            record_jumps(words, count)
-        scount = self.scount
+            jumps.record(words, count)
+        scount = stacks.count if stacks is not None else 0
         if stacks is not None and bases.any():
             try:
                 scount = stacks.append(scount, seen + 1 + np.flatnonzero(bases), state[bases])
@@ -266,11 +266,12 @@ class Writer(Session):
                 self.settle()
                 self._fail(exc)
                 raise
-            record_stacks(words, scount)
+            stacks.record(words, scount)
         self.data.ns[(t_end // n) & 1] = values[-1]
         commit_step(words, t_end, self.key)
-        self.jcount = count  # before seen: settle() takes an in-memory seen behind intent as stale
-        self.scount = scount
+        jumps.count = count  # before seen: settle() takes an in-memory seen behind intent as stale
+        if stacks is not None:
+            stacks.count = scount
         self.seen = t_end
         if stacks is not None:
             self.overlap = overlaps(state, values[-1])
@@ -288,14 +289,14 @@ class Writer(Session):
             return
         self.overlap = None  # the next step starts its stacks afresh (bases)
         if int(words[W_CHECK]) ^ self.key == intent:
-            self.jcount = int(words[W_JUMPS])  # committed; only the in-memory counters were behind
-            self.scount = int(words[W_STACKS])
+            for part in self.counted:  # committed; only the in-memory counts were behind
+                part.count = int(words[part.part.word])
             self.seen = intent
             return
         restore_rows(self.data.storage, self.data.ckfile, self.checkpoint, self.seen, intent,
                      self.base, self.max_size)
-        words[W_JUMPS] = self.jcount  # back to the state before the step, as recovery would make it
-        words[W_STACKS] = self.scount
+        for part in self.counted:  # back to the state before the step, as recovery would make it
+            part.record(words, part.count)
         words[W_SEEN] = self.seen
         words[W_INTENT] = self.seen
 
@@ -407,16 +408,19 @@ class Writer(Session):
                 self.flusher.set_flush_limit()
             raise
 
-    def adopt(self, state: ring.RingState, ns_rows: np.ndarray | None, jumps: int = 0, stacks: int = 0) -> None:
+    def adopt(self, state: ring.RingState, ns_rows: np.ndarray | None, counts: dict | None = None) -> None:
         """Take over the counters, sampler position and ``ns_buffer`` of another store whose
-        rows were copied into this one slot for slot (``convert``), and the ``jumps``
-        records it wrote into the jump ring (and ``stacks`` into the stack ring), then flush."""
+        rows were copied into this one slot for slot (``convert``), and the records each
+        counting part holds now (``counts``, by part name: what its ``copy_into`` wrote),
+        then flush."""
+        counts = counts or {}
         if ns_rows is not None:
             self.data.ns[(state.seen // self.num_envs) % 2] = ns_rows
-        self.counters.commit_state(state.seen, state.base, state.draws, state.resets, jumps,
-                                   stacks if self.frame_stack else None)
-        self.seen, self.base, self.resets, self.jcount = state.seen, state.base, state.resets, jumps
-        self.scount = stacks
+        self.counters.commit_state(state.seen, state.base, state.draws, state.resets,
+                                   **{part.part.header: counts.get(part.part.name) or 0 for part in self.counted})
+        self.seen, self.base, self.resets = state.seen, state.base, state.resets
+        for part in self.counted:
+            part.count = counts.get(part.part.name) or 0
         self._new_sampler(state.draws)
         self.flusher.set_flush_limit()
         self.flush()

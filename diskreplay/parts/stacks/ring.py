@@ -183,6 +183,17 @@ class FrameStacks(OpenPart):
         self.tail_file.sync()
 
     # ------------------------------------------------------------------ reading
+    def snapshot(self, words, seen: int, num_envs: int, view) -> int:
+        if view is not None:
+            return view.stacks
+        return self.committed(int(words[W_STACKS]), seen)
+
+    def kept(self, words, seen: int, intent: int, num_envs: int, count: int) -> bool:
+        """The stack ring's records (fewer than its room written since the snapshot) and the
+        tail (whose rows are rewritten only ``room`` transitions after the snapshot's oldest
+        frames died) are still those of the snapshot."""
+        return int(words[W_STACKS]) + num_envs - count <= self.room and intent - seen <= self.room
+
     def committed(self, count: int, seen: int) -> int:
         """``count`` less records of an uncommitted step (bases of transitions after ``seen``)."""
         return self.records.committed(count, seen, self.num_envs, newest=seen)
