@@ -5,6 +5,10 @@ code, not from the code under test):
 
     PYTHONPATH=<a checkout of 497696e> python tests/support/make_format497.py OUTDIR
 
+(``--record-only OUTDIR`` records ``expected.json`` again from the stores already there,
+leaving them as they are: a new store, killed ones included, would differ from the
+committed one.)
+
 OUTDIR is ``tests/data/format497``. It writes, for both backends, small stores through the
 public API only (``DiskReplay.create``, ``add``, ``sample``, ``update_priorities``,
 ``flush``, ``close``):
@@ -278,14 +282,19 @@ INFO_KEYS = ("backend", "format_version", "max_size", "size", "seen_size", "head
              "use_cer", "prioritized", "alpha", "epsilon", "fields", "frame_stack")
 
 
-def describe(buf, last_flush: bool = False) -> dict:
+def describe(buf, last_flush: bool = False, stats: bool = False) -> dict:
     """Counters, every row (plain, its jump flag, 3-step), priorities, the store's sampler's
-    next two batches, a seeded batch and the episodes of an open store."""
+    next two batches, a seeded batch and the episodes of an open store (and the time of its
+    last flush, and ``compute_stats`` with returns and tallies, when asked)."""
+    from diskreplay.stats import compute_stats
     from diskreplay.views import sample_batch, store_info
     info = store_info(buf)
     out = {"info": {k: info[k] for k in INFO_KEYS}, "len": len(buf), "ns_buffer": digest(buf.ns_buffer)}
     if last_flush:
         out["last_flush_ns"] = buf.last_flush_ns
+    if stats:
+        out["stats"] = json.loads(json.dumps(compute_stats(buf, keep_returns=True, keep_tallies=True),
+                                             default=lambda v: v.tolist() if isinstance(v, np.ndarray) else v.item()))
     slots = np.arange(buf.size)
     out["rows"] = batch_digest(buf.get(slots))
     out["jumps"] = buf.get(slots, fields=["jumps"])["jumps"].astype(int).tolist()
@@ -360,7 +369,7 @@ def run_read(path: str, spec: dict) -> dict:
     out = {"verify_before": verify(path)}
     with opened(path, "r") as (buf, notes):
         out["recovery"] = notes
-        out["state"] = describe(buf, last_flush=True)
+        out["state"] = describe(buf, last_flush=True, stats=True)
     out["verify_after"] = verify(path)
     out["files_unchanged"] = files_digest(path) == before
     return out
@@ -376,7 +385,7 @@ def run_write(path: str, spec: dict) -> dict:
     out["verify"] = verify(path)
     with opened(path, "r") as (buf, notes):
         out["reopen_recovery"] = notes
-        out["reopened"] = describe(buf)
+        out["reopened"] = describe(buf, stats=True)
     return out
 
 
@@ -430,9 +439,9 @@ def dumps(value, indent: str = "") -> str:
 
 
 # ---------------------------------------------------------------- main
-def main(outdir: str) -> None:
+def main(outdir: str, build_stores: bool = True) -> None:
     os.makedirs(outdir, exist_ok=True)
-    for fixture, name, backend in fixtures():
+    for fixture, name, backend in fixtures() if build_stores else ():
         path = os.path.join(outdir, fixture)
         if os.path.exists(path):
             shutil.rmtree(path)
@@ -441,6 +450,9 @@ def main(outdir: str) -> None:
         else:
             build(path, STORES[name], backend)
     recorded = real_boot_id()
+    if not build_stores:  # the boot the stores were written in
+        with open(os.path.join(outdir, "expected.json")) as f:
+            recorded = json.load(f)["boot_id"]
     expected = {"commit": FORMAT497_COMMIT, "numpy": np.__version__, "boot_id": recorded, "stores": {}}
     for fixture, name, backend in fixtures():
         entry = expected["stores"][fixture] = {"store": name, "backend": backend, "spec": STORES[name]}
@@ -460,5 +472,7 @@ def main(outdir: str) -> None:
 if __name__ == "__main__":
     if sys.argv[1] == "--child":
         child(*sys.argv[2:5])
+    elif sys.argv[1] == "--record-only":  # the stores in OUTDIR as they are, recorded again
+        main(sys.argv[2], build_stores=False)
     else:
         main(sys.argv[1])
