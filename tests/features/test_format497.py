@@ -18,8 +18,9 @@ import os
 import pytest
 
 import make_format497 as f497
+import paths
 
-DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "format497")
+DATA = os.path.join(paths.DATA, "format497")
 with open(os.path.join(DATA, "expected.json")) as _f:
     EXPECTED = json.load(_f)
 STORES = EXPECTED["stores"]
