@@ -28,8 +28,12 @@ from ..core.schema import FieldSpec, float_bounds
 
 from .. import native
 
-# None where ``_rows`` is not built or DISKREPLAY_PURE is set: the vector add writes its fields with numpy
-c_step = None if native.rows is None else native.rows.step
+
+def step_kernel():
+    """``_rows.step``, or None where ``_rows`` is not built or DISKREPLAY_PURE is set (the
+    vector add then writes its fields with numpy); looked up when a fast add is bound, so
+    ``native.turned_off("rows")`` binds the Python body."""
+    return None if native.rows is None else native.rows.step
 
 
 def early(w, t_end: int) -> bool:
@@ -128,7 +132,7 @@ def fast_vector_add(w):
     ndarray = np.ndarray
     general = w.add
     plan = step_plan(w) if not has_extras else None
-    kernel = c_step if plan is not None else None
+    kernel = step_kernel() if plan is not None else None
 
     def add(state, action, reward, next_state, done, **extra):
         with mutex:
@@ -186,7 +190,7 @@ def step_plan(w) -> bytes | None:
     check key), or None where ``_rows`` is not built or an array is not C-contiguous.
     The addresses stay valid while the arrays do: the fast add that holds the plan holds them."""
     arrays = _core_arrays(w) + [w.data.ns]
-    if c_step is None or not all(arr.flags.c_contiguous for arr in arrays + [w.words]):
+    if step_kernel() is None or not all(arr.flags.c_contiguous for arr in arrays + [w.words]):
         return None
     ns = w.data.ns
     head = [4, w.num_envs, w.max_size, w.key, ns[0].nbytes, ns[0].ctypes.data, ns[1].ctypes.data,
