@@ -17,6 +17,10 @@ handler) go through the general path. An exception
 part-way (Ctrl-C, a signal handler's ``sys.exit``) settles the step (``Writer.settle``)
 before it propagates.
 ``tests/test_commit_paths.py`` proves both paths byte-identical.
+
+The inline commits are plain numpy stores and rely on x86-64 TSO for a live reader to see
+``intent``, the rows, then ``seen`` and the check word in that order (FORMAT.md, "Memory
+ordering"); ``_rows.step`` fences and stores them with release semantics itself.
 """
 from __future__ import annotations
 
