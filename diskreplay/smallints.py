@@ -16,7 +16,8 @@ import numpy as np
 
 from . import native
 
-_scan = native.scan  # None where not built or DISKREPLAY_PURE is set: numpy does the same, slower
+# native.scan: None where not built or DISKREPLAY_PURE is set (numpy does the same, slower);
+# looked up at each call, so native.turned_off("scan") gives numpy's results in a test
 
 __all__ = ["implementation", "moments", "moments_numpy", "tally", "tally_numpy"]
 
@@ -27,7 +28,7 @@ _TALLY_CHUNK = 1 << 20  # elements per bincount call (its intp copy: 8 MiB)
 
 def implementation() -> str:
     """``"C"`` when the ``_scan`` kernels are built, else ``"numpy"``."""
-    return "numpy" if _scan is None else "C"
+    return "numpy" if native.scan is None else "C"
 
 
 def _kind(dtype: np.dtype) -> str | None:
@@ -42,10 +43,11 @@ def _kind(dtype: np.dtype) -> str | None:
 def moments(flat: np.ndarray) -> tuple[int, int, int, int]:
     """``(min, max, sum, sum of squares)`` of a non-empty 1-d contiguous array of one- or
     two-byte integers or bools (bools as their byte values), all exact ints."""
-    kind = None if _scan is None else _kind(flat.dtype)
+    scan = native.scan
+    kind = None if scan is None else _kind(flat.dtype)
     if kind is None:
         return moments_numpy(flat)
-    parts = [_scan.moments(flat[lo:lo + _PIECE], kind) for lo in range(0, flat.size, _PIECE)]
+    parts = [scan.moments(flat[lo:lo + _PIECE], kind) for lo in range(0, flat.size, _PIECE)]
     return (min(p[0] for p in parts), max(p[1] for p in parts), sum(p[2] for p in parts),
             sum(p[3] for p in parts))
 
@@ -61,12 +63,13 @@ def moments_numpy(flat: np.ndarray) -> tuple[int, int, int, int]:
 def tally(flat: np.ndarray, counts: np.ndarray) -> None:
     """``counts[bits] +=`` the occurrences of each raw bit pattern in ``flat`` (a 1-d
     contiguous array of one- or two-byte elements); ``counts``: int64, 256 or 65536 long."""
-    kind = None if _scan is None else _kind(flat.dtype)
+    scan = native.scan
+    kind = None if scan is None else _kind(flat.dtype)
     if kind is None:
         tally_numpy(flat, counts)
         return
     for lo in range(0, flat.size, _PIECE):
-        _scan.tally(flat[lo:lo + _PIECE], kind, counts)
+        scan.tally(flat[lo:lo + _PIECE], kind, counts)
 
 
 def tally_numpy(flat: np.ndarray, counts: np.ndarray) -> None:

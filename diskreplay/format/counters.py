@@ -6,6 +6,11 @@ this file in favour of the last checkpoint (the boot id tells the two apart). A 
 killed between those two stores leaves ``seen`` one step ahead of the check word: the
 committed ``seen_size`` is the one the check word vouches for, and that step counts as in
 flight (its ``add`` had not returned).
+
+The stores here are plain numpy stores: a live reader relies on x86-64's TSO to see them
+in program order (FORMAT.md, "Memory ordering"). On a weakly ordered CPU ``commit_step``
+(and its inline copies in ``session/fastadd.py``) is where a release fence would go, with
+one after ``begin_step``; ``_rows.c``'s step has them.
 """
 from __future__ import annotations
 
@@ -73,7 +78,8 @@ def record_stacks(words: np.ndarray, count: int) -> None:
 
 def commit_step(words: np.ndarray, t_end: int, key: int) -> None:
     """Step 3 of an add, after its rows and next states are written: commit ``seen_size``,
-    then the check word that vouches for it (see the module docstring)."""
+    then the check word that vouches for it (see the module docstring). Relies on x86-64
+    TSO to make the rows visible before ``seen`` (no fence: the module docstring)."""
     words[W_SEEN] = t_end
     words[W_CHECK] = t_end ^ key
 

@@ -10,7 +10,8 @@ and the flush joins them::
 zlib has this (``crc32_combine``) but Python's ``zlib`` does not expose it. The arithmetic is
 that of zlib's: CRCs are polynomials over GF(2) modulo zlib's (bit-reflected), and appending
 ``n`` bytes to ``a`` multiplies its CRC by ``x**(8n)`` (``shift(n)``). In C where ``_rows``
-is built (``_rows.crc_join``, about a microsecond), else here in Python (tens of microseconds).
+is built (``_rows.crc_join``, about a microsecond), else here in Python: a millisecond the
+first time a length is joined, then four table lookups (``_tables``, kept per length).
 """
 from __future__ import annotations
 
@@ -47,7 +48,6 @@ def _powers() -> list[int]:
     return out
 
 
-
 def shift(nbytes: int) -> int:
     """``x**(8 * nbytes)`` modulo the polynomial: the factor ``join`` applies for ``nbytes``."""
     if nbytes < 0:
@@ -61,9 +61,30 @@ def shift(nbytes: int) -> int:
     return factor
 
 
+@lru_cache(maxsize=256)
+def _tables(nbytes: int) -> tuple:
+    """Multiplication by ``shift(nbytes)`` as four tables, one per byte of the other factor
+    (it is linear in it). Kept per length: a store's flushes join the same few lengths (each
+    field's reserve), so after the first a join is four lookups, not 32 steps of ``_times``."""
+    images, b = [], shift(nbytes)  # images[j]: the product for bit 31 - j (x**j) of the other factor
+    for _ in range(32):
+        images.append(b)
+        b = (b >> 1) ^ _POLY if b & 1 else b >> 1
+    tables = []
+    for k in range(4):  # bits 8k .. 8k + 7
+        table = [0] * 256
+        for i in range(8):
+            bit, image = 1 << i, images[31 - 8 * k - i]
+            for v in range(bit):
+                table[v | bit] = table[v] ^ image
+        tables.append(table)
+    return tuple(tables)
+
+
 def join_python(crc_a: int, crc_b: int, nbytes: int) -> int:
     """The CRC-32 of ``a + b``, where ``nbytes = len(b)``."""
-    return _times(shift(nbytes), crc_a) ^ crc_b
+    t0, t1, t2, t3 = _tables(nbytes)
+    return t0[crc_a & 0xFF] ^ t1[(crc_a >> 8) & 0xFF] ^ t2[(crc_a >> 16) & 0xFF] ^ t3[(crc_a >> 24) & 0xFF] ^ crc_b
 
 
 join = join_python if _c_join is None else _c_join

@@ -22,15 +22,15 @@ from ..core import ring
 
 from .. import native
 
-# None where the kernel is not built or DISKREPLAY_PURE is set: numpy and zlib do the same, slower
-crc_rows = None if native.rows is None else native.rows.crc_rows
+# native.rows: None where the kernel is not built or DISKREPLAY_PURE is set (numpy and zlib do
+# the same, slower); looked up at each call, so native.turned_off("rows") gives the twin in a test
 
 ROWSUMS_FILE = "rowsums.npy"
 
 
 def implementation() -> str:
     """``"C"`` when the ``_rows`` kernels are built, else ``"numpy"``."""
-    return "numpy" if crc_rows is None else "C"
+    return "numpy" if native.rows is None else "C"
 
 
 def byte_rows(storage) -> tuple[list[np.ndarray], list]:
@@ -77,7 +77,7 @@ def batch_sums(rows: list[np.ndarray], ts: np.ndarray) -> np.ndarray:
     ``(n, row_bytes)`` uint8 array, field order) with transition number ``ts[i]``."""
     ts = np.asarray(ts, dtype=np.int64)
     n = len(ts)
-    if crc_rows is not None and n and 8 + sum(r.shape[1] for r in rows) <= VECTOR_ROW_BYTES:
+    if native.rows is not None and n and 8 + sum(r.shape[1] for r in rows) <= VECTOR_ROW_BYTES:
         return _crc_at([np.ascontiguousarray(r) for r in rows], np.arange(n, dtype=np.int64), ts)
     return batch_sums_numpy(rows, ts)
 
@@ -116,8 +116,8 @@ def _crc_columns(data: np.ndarray) -> np.ndarray:
 def _crc_at(rows: list[np.ndarray], slots: np.ndarray, ts: np.ndarray) -> np.ndarray:
     """The C kernel's sums of rows ``slots`` of ``rows`` (C-contiguous, equally many rows)."""
     out = np.empty(len(ts), np.uint32)
-    crc_rows(out, np.ascontiguousarray(slots, np.int64), np.ascontiguousarray(ts, np.int64), rows,
-                   len(rows[0]))
+    native.rows.crc_rows(out, np.ascontiguousarray(slots, np.int64), np.ascontiguousarray(ts, np.int64), rows,
+                         len(rows[0]))
     return out
 
 
@@ -133,7 +133,7 @@ def _sums_at(rows: list[np.ndarray], orders: list, slots: np.ndarray, ts: np.nda
     one by one in place (a gather would copy them for nothing); small ones in C in place
     where every field keeps slot order (env-major frames are never small rows)."""
     if 8 + sum(r.shape[1] for r in rows) <= VECTOR_ROW_BYTES:
-        if crc_rows is not None and all(o.identity for o in orders) and all(r.flags.c_contiguous for r in rows):
+        if native.rows is not None and all(o.identity for o in orders) and all(r.flags.c_contiguous for r in rows):
             return _crc_at(rows, slots, ts)
         return batch_sums([r[order.rows(slots)] for r, order in zip(rows, orders)], ts)
     at = [order.rows(slots) for order in orders]

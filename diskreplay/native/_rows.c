@@ -190,6 +190,9 @@ enum { P_FIELDS, P_ENVS, P_ROWS, P_KEY, P_NS_BYTES, P_NS0, P_NS1, P_INTENT, P_SE
 
 #define RELEASE_BYTES (1 << 16)
 
+/* The commit's orders hold on any CPU with GCC or Clang (FORMAT.md, "Memory ordering");
+ * other compilers get plain volatile stores and no fence, which, like the Python paths,
+ * rely on x86-64 TSO. */
 static void store_word(int64_t *w, int64_t v) {
 #if defined(__GNUC__)
     __atomic_store_n(w, v, __ATOMIC_RELEASE);  /* the stores before it are seen first */

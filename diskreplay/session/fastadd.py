@@ -21,20 +21,11 @@ The fast paths (each falls back to ``Writer.add``, the general path; all of them
 byte-identical to it by one state machine over every store kind,
 ``tests/features/test_commit_paths.py``, whose kind and ``kernel`` draw are named here):
 
-=========================  ===================================================  ==========================
-path                       applies when (beside the checks above)               equivalence draw
-=========================  ===================================================  ==========================
-``fast_add``               one env, no frame stack                              plain, extras, priorities
-``fast_vector_add``        a vector env, no frame stack; the step does not      plain, extras, priorities
-                           wrap the ring end
-``_rows.step`` (C)         as ``fast_vector_add``, no extra fields, ``_rows``   plain, priorities with
-                           built (not ``DISKREPLAY_PURE``), C-contiguous        ``kernel=True``
-                           inputs (else the Python body above)
-``fast_stack_add``         one env of a frame-stack store; the previous step's  stacks
-                           next state overlapped its state (no base to record)
-``fast_stack_vector_add``  a vector env of a frame-stack store; every env's     stacks
-                           stack continues; the step does not wrap the ring end
-=========================  ===================================================  ==========================
+=========================  ===================================================  ===================
+
+The inline commits are plain numpy stores and rely on x86-64 TSO for a live reader to see
+``intent``, the rows, then ``seen`` and the check word in that order (FORMAT.md, "Memory
+ordering"); ``_rows.step`` fences and stores them with release semantics itself.
 """
 from __future__ import annotations
 
@@ -46,8 +37,12 @@ from ..core.schema import FieldSpec, float_bounds
 
 from .. import native
 
-# None where ``_rows`` is not built or DISKREPLAY_PURE is set: the vector add writes its fields with numpy
-c_step = None if native.rows is None else native.rows.step
+
+def step_kernel():
+    """``_rows.step``, or None where ``_rows`` is not built or DISKREPLAY_PURE is set (the
+    vector add then writes its fields with numpy); looked up when a fast add is bound, so
+    ``native.turned_off("rows")`` binds the Python body."""
+    return None if native.rows is None else native.rows.step
 
 
 def early(ws, flusher, t_end: int) -> bool:
@@ -148,7 +143,7 @@ def fast_vector_add(w):
     general = w.add
     ws, flusher = w.ws, w.flusher  # all an add reads per call: the WriteState
     plan = step_plan(w) if not has_extras else None
-    kernel = c_step if plan is not None else None
+    kernel = step_kernel() if plan is not None else None
 
     def add(state, action, reward, next_state, done, **extra):
         with mutex:
@@ -206,7 +201,7 @@ def step_plan(w) -> bytes | None:
     check key), or None where ``_rows`` is not built or an array is not C-contiguous.
     The addresses stay valid while the arrays do: the fast add that holds the plan holds them."""
     arrays = _core_arrays(w) + [w.data.ns]
-    if c_step is None or not all(arr.flags.c_contiguous for arr in arrays + [w.words]):
+    if step_kernel() is None or not all(arr.flags.c_contiguous for arr in arrays + [w.words]):
         return None
     ns = w.data.ns
     head = [4, w.num_envs, w.max_size, w.key, ns[0].nbytes, ns[0].ctypes.data, ns[1].ctypes.data,

@@ -7,6 +7,11 @@ died, and never writes to it.
   rows of an interrupted add come from the undo reserve, applied to each batch.
 * A batch is returned only if the writer did not touch its slots while it was copied;
   otherwise it is read again, for up to ``READ_PATIENCE`` seconds.
+
+The counter words and rows are plain numpy loads, in program order: the check word, the
+rows, then ``intent`` again. That relies on x86-64 TSO (loads are not reordered with
+loads); a weakly ordered CPU would need an acquire fence before the re-read of ``intent``
+in ``_read`` (FORMAT.md, "Memory ordering").
 """
 from __future__ import annotations
 

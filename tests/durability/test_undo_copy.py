@@ -52,9 +52,26 @@ def test_join_is_the_crc_of_the_concatenation(join):
         crcjoin.shift(-1)
 
 
+def test_the_python_join_of_a_known_length_is_a_few_lines():
+    """The pure join keeps its tables per length: a flush joins the same few lengths every
+    time, so under DISKREPLAY_PURE=1 it costs a few line events, as the C join costs none
+    (the tests that inject an exception at every line, tests/durability/test_interrupts.py and
+    test_prioritized.py, had about 5x more points, and took 5x longer, while every join
+    stepped through ``_times`` about 400 lines at a time)."""
+    from line_injector import LineInjector
+
+    nbytes = 3 * 4099  # a length no other test joins
+    first, again = LineInjector(), LineInjector()
+    first.run(lambda: crcjoin.join_python(1, 2, nbytes))
+    again.run(lambda: crcjoin.join_python(3, 4, nbytes))
+    assert first.lines > 100 and again.lines <= 4, (first.lines, again.lines)
+    a, b = bytes(range(256)) * 3, bytes(reversed(range(256))) * 48 + bytes(3)
+    assert crcjoin.join_python(zlib.crc32(a), zlib.crc32(b), len(b)) == zlib.crc32(a + b)
+
+
 def test_the_built_join_is_in_use():
-    """Where ``_rows`` is built, the flush joins in C (Python's join costs line events by the
-    thousand: tests/durability/test_interrupts.py injects at every one)."""
+    """Where ``_rows`` is built, the flush joins in C (no line events at all:
+    tests/durability/test_interrupts.py injects at every one)."""
     from diskreplay.format.rowsums import implementation
 
     if implementation() == "C":

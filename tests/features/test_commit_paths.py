@@ -16,6 +16,7 @@ are taken. A vector store's fast add is bound with the C kernel of ``_rows`` or 
 (its Python body)."""
 from __future__ import annotations
 
+import contextlib
 import os
 
 import numpy as np
@@ -26,7 +27,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 
 from diskreplay import DiskReplay, DiskReplayError
 
-from diskreplay.session import fastadd
+from diskreplay import native
 from diskreplay.backends import BACKENDS
 from diskreplay.format.counters import NWORDS, W_BOOT, W_CHECK, W_FLUSH_NS, W_KEY, W_PID
 from diskreplay.testing import counter_words, raw_rows, side_files
@@ -90,12 +91,9 @@ class CommitPaths(RuleBasedStateMachine):
         if kind == "priorities":
             kwargs.update(prioritized=True)
         self.paths = [os.path.join(self.tmp.name, name) for name in ("fast.replay", "general.replay")]
-        bound_kernel = fastadd.c_step
-        fastadd.c_step = bound_kernel if kernel else None  # read when the fast add is bound
-        try:
-            self.fast, self.general = (DiskReplay.create(p, max_size, **kwargs) for p in self.paths)
-        finally:
-            fastadd.c_step = bound_kernel
+        # the kernel is looked up when the fast add is bound; without it (or not built) its Python body
+        with contextlib.nullcontext() if kernel else native.turned_off("rows"):
+            self.fast, self.general = [DiskReplay.create(p, max_size, **kwargs) for p in self.paths]
         assert "add" in self.fast.__dict__, "the fast add is installed"
         self.obs = self.rng.standard_normal((num_envs, 3)).astype(np.float32)
 

@@ -13,7 +13,7 @@ import os
 import numpy as np
 import pytest
 
-from crash_common import FRAME, add_step, stack_of, store_problems
+from crash_common import add_step, stack_of, store_problems
 from test_frame_stack import fill_stacked
 
 from diskreplay import DiskReplay

@@ -43,7 +43,7 @@ them ("same_boot": a killed writer is a process crash) and once as if after a re
 
 ``tests/features/test_format497.py`` runs the same procedures with the current code and compares
 with ``expected.json``. Everything here uses only numpy and diskreplay's public API,
-except ``boot``, which sets the boot id recovery compares with (as tests/test_power_loss.py
+except ``boot``, which sets the boot id recovery compares with (as tests/durability/test_power_loss.py
 does), and which knows the module it lives in at 497696e and now.
 """
 from __future__ import annotations

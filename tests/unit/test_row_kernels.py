@@ -1,7 +1,9 @@
-"""The C kernels of ``_rows`` (built here) against what they stand in for: ``crc_rows``
-against zlib and the numpy CRC of ``rowsums``, ``step`` against the vector fast add's
-Python body (byte-identical stores, ``test_commit_paths.py`` runs both), and the refusals
-that keep a step whole (a jump, a strided input, a closed writer, slots past the ring)."""
+"""The C kernels of ``_rows`` against what they stand in for: ``crc_rows`` against zlib and
+the numpy CRC of ``rowsums``, ``step`` against the vector fast add's Python body
+(byte-identical stores, ``test_commit_paths.py`` runs both), and the refusals that keep a
+step whole (a jump, a strided input, a closed writer, slots past the ring). The kernel's own
+tests skip where it is absent (not built, or DISKREPLAY_PURE=1); the comparisons run the
+numpy twin always (``kernels.py``)."""
 from __future__ import annotations
 
 import zlib
@@ -9,21 +11,30 @@ import zlib
 import numpy as np
 import pytest
 
-from diskreplay import DiskReplay, StoreClosedError
-
-from diskreplay.native import _rows
+from diskreplay import DiskReplay, StoreClosedError, native
 
 from diskreplay.session import fastadd
 
 from diskreplay.format import rowsums
 from diskreplay.format.counters import W_CHECK, W_INTENT, W_KEY, W_SEEN
+from kernels import IMPLS, c_kernel, implementation
 
 FIELDS = {"states": ((3,), "float32"), "actions": ((), "int64"), "rewards": ((), "float32"), "dones": ((), "bool")}
 
 
-def test_the_kernels_are_built_here():
-    assert rowsums.implementation() == "C"
-    assert fastadd.c_step is not None
+def test_the_kernels_are_used_where_built():
+    rows = c_kernel("rows")
+    assert rowsums.implementation() == "C" and native.implementations()["rows"] == "C"
+    assert fastadd.step_kernel() is rows.step
+
+
+def test_turned_off_the_twins_are_used():
+    with native.turned_off("rows"):
+        assert native.rows is None and native.missing("rows") is not None
+        assert rowsums.implementation() == "numpy" and fastadd.step_kernel() is None
+        assert native.implementations()["rows"] == "python"
+    with pytest.raises(ValueError, match="unknown kernel group"):
+        native.missing("nope")
 
 
 @pytest.mark.parametrize("widths", [[16, 8, 4, 1], [1], [7, 9], [504], [3, 0, 5]])
@@ -34,24 +45,28 @@ def test_crc_rows_is_zlibs_crc_of_each_row_in_place(widths):
     slots = rng.integers(0, rows, 200)
     ts = rng.integers(-(2 ** 62), 2 ** 62, 200)
     out = np.empty(200, np.uint32)
-    _rows.crc_rows(out, slots, ts, fields, rows)
+    c_kernel("rows").crc_rows(out, slots, ts, fields, rows)
     for i in range(200):
         data = int(ts[i]).to_bytes(8, "little", signed=True) + b"".join(f[slots[i]].tobytes() for f in fields)
         assert int(out[i]) == zlib.crc32(data) == rowsums.row_sum(fields, int(slots[i]), int(ts[i]))
 
 
 @pytest.mark.parametrize("widths", [[16, 8, 4, 1], [3], [100, 200, 195], [rowsums.VECTOR_ROW_BYTES - 8]])
-def test_batch_sums_in_c_equal_the_numpy_fallback(widths):
+@pytest.mark.parametrize("impl", IMPLS)
+def test_batch_sums_equal_the_numpy_fallback(widths, impl):
     rng = np.random.default_rng(7)
     rows = [rng.integers(0, 256, (300, w), dtype=np.uint8) for w in widths]
     ts = rng.integers(0, 10 ** 12, 300)
-    assert np.array_equal(rowsums.batch_sums(rows, ts), rowsums.batch_sums_numpy(rows, ts))
     strided = [r[::2] for r in rows]  # not contiguous: copied first
-    assert np.array_equal(rowsums.batch_sums(strided, ts[:150]), rowsums.batch_sums_numpy(strided, ts[:150]))
-    assert rowsums.batch_sums(rows, ts[:0]).shape == (0,)
+    with implementation("rows", impl):
+        assert rowsums.implementation() == ("C" if impl == "C" else "numpy")
+        assert np.array_equal(rowsums.batch_sums(rows, ts), rowsums.batch_sums_numpy(rows, ts))
+        assert np.array_equal(rowsums.batch_sums(strided, ts[:150]), rowsums.batch_sums_numpy(strided, ts[:150]))
+        assert rowsums.batch_sums(rows, ts[:0]).shape == (0,)
 
 
 def test_crc_rows_refuses_bad_arguments():
+    _rows = c_kernel("rows")
     field = np.zeros((4, 3), np.uint8)
     out = np.empty(2, np.uint32)
     with pytest.raises(IndexError):
@@ -76,14 +91,14 @@ def steps(num_envs: int, count: int, seed: int = 0):
         obs = nxt
 
 
-def test_step_writes_what_the_python_body_writes(tmp_path, monkeypatch):
+def test_step_writes_what_the_python_body_writes(tmp_path):
     """Two stores fed the same steps, one bound with the kernel and one without: the same
     rows, next states and counter words after every step (strided inputs take the Python
     copies inside the kernel's store too)."""
+    _rows = c_kernel("rows")
     c_buf = DiskReplay.create(tmp_path / "c", 40, num_envs=4, fields=FIELDS, seed=1)
-    monkeypatch.setattr(fastadd, "c_step", None)
-    py_buf = DiskReplay.create(tmp_path / "py", 40, num_envs=4, fields=FIELDS, seed=1)
-    monkeypatch.undo()
+    with native.turned_off("rows"):  # looked up when the fast add is bound
+        py_buf = DiskReplay.create(tmp_path / "py", 40, num_envs=4, fields=FIELDS, seed=1)
     assert _kernel_of(c_buf.add) is _rows.step and _kernel_of(py_buf.add) is None
     with c_buf, py_buf:
         for i, (s, a, r, ns, d) in enumerate(steps(4, 30)):
@@ -113,6 +128,7 @@ def _plan_and_words(tmp_path):
 def test_step_refuses_what_is_not_its_own_without_writing(tmp_path):
     """False for the general path's steps (a jump, a step across the ring end, a flush or
     its early work due), None for a strided input, errors for bad arguments: nothing written."""
+    _rows = c_kernel("rows")
     buf, plan, words = _plan_and_words(tmp_path)
     with buf:
         s, a, r, ns, d = next(steps(2, 1))
@@ -145,6 +161,7 @@ def test_step_refuses_what_is_not_its_own_without_writing(tmp_path):
 def test_a_kept_fast_add_refuses_after_close_through_the_kernel(tmp_path):
     """The kernel writes only while the counter words are writable: close makes them
     read-only, so a kept reference cannot store into the files even past the live check."""
+    _rows = c_kernel("rows")
     buf, plan, words = _plan_and_words(tmp_path)
     s, a, r, ns, d = next(steps(2, 1))
     add = buf.add

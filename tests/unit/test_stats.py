@@ -14,6 +14,7 @@ import pytest
 
 from diskreplay import DiskReplay, EmptyStoreError
 from diskreplay.stats import Episodes, RunningStats, bin_edges, compute_stats, histograms
+from kernels import IMPLS, implementation
 
 STEPS = 7
 DONE_STEPS = ({2, 5}, {3})
@@ -206,39 +207,38 @@ def test_truncations_end_episodes_in_stats(tmp_path, backend):
     assert d["episodes"]["dones_per_env"] == [2]
 
 
-@pytest.mark.parametrize("impl", ["C", "numpy"])
+@pytest.mark.parametrize("impl", IMPLS)
 @pytest.mark.parametrize("tally", [False, True])
 @pytest.mark.parametrize("dtype", ["uint8", "int8", "bool", "int16", "uint16"])
 def test_small_integer_stats_are_exact(dtype, tally, impl, monkeypatch):
     """One- and two-byte integers and bools are summed as integers (or tallied, a count per
-    value, a chunk of elements at a time), exactly, by the C kernels and by numpy."""
+    value, a chunk of elements at a time), exactly, by the C kernels (a skip where they are
+    absent) and by numpy."""
     from diskreplay import smallints
 
-    assert smallints.implementation() == "C"  # built at install; numpy is the fallback tested beside it
-    if impl == "numpy":
-        monkeypatch.setattr(smallints, "_scan", None)
-    monkeypatch.setattr(smallints, "_TALLY_CHUNK", 7)
-    monkeypatch.setattr(smallints, "_PIECE", 7)
-    rng = np.random.default_rng(1)
-    info = np.iinfo(dtype) if dtype != "bool" else None
-    lo, hi = (0, 2) if info is None else (info.min, info.max + 1)
-    blocks = [rng.integers(lo, hi, size=(n, 3, 2)).astype(dtype) for n in (5, 0, 40, 1)]
-    s = RunningStats(tally=tally)
-    for b in blocks:
-        s.update(b[:, ::2] if b.size else b)  # a strided view too
-    x = np.concatenate([(b[:, ::2] if b.size else b).reshape(-1) for b in blocks]).astype(np.float64)
-    d = s.as_dict()
-    assert (s.tally is not None) == tally and d["count"] == x.size and d["nonfinite"] == 0
-    assert (d["min"], d["max"]) == (x.min(), x.max())
-    assert d["mean"] == pytest.approx(x.mean(), rel=1e-12) and d["std"] == pytest.approx(x.std(), rel=1e-9)
-    if tally:
-        values, counts = s.values()
-        assert values.tolist() == sorted(set(x.tolist())) and counts.sum() == x.size
-    s.update(np.array([0.5, np.nan]))  # floats after small ints: merged
-    both = np.concatenate([x, [0.5]])
-    d = s.as_dict()
-    assert (d["count"], d["nonfinite"]) == (both.size, 1) and d["mean"] == pytest.approx(both.mean(), rel=1e-12)
-    assert d["std"] == pytest.approx(both.std(), rel=1e-9)
+    with implementation("scan", impl):
+        monkeypatch.setattr(smallints, "_TALLY_CHUNK", 7)
+        monkeypatch.setattr(smallints, "_PIECE", 7)
+        rng = np.random.default_rng(1)
+        info = np.iinfo(dtype) if dtype != "bool" else None
+        lo, hi = (0, 2) if info is None else (info.min, info.max + 1)
+        blocks = [rng.integers(lo, hi, size=(n, 3, 2)).astype(dtype) for n in (5, 0, 40, 1)]
+        s = RunningStats(tally=tally)
+        for b in blocks:
+            s.update(b[:, ::2] if b.size else b)  # a strided view too
+        x = np.concatenate([(b[:, ::2] if b.size else b).reshape(-1) for b in blocks]).astype(np.float64)
+        d = s.as_dict()
+        assert (s.tally is not None) == tally and d["count"] == x.size and d["nonfinite"] == 0
+        assert (d["min"], d["max"]) == (x.min(), x.max())
+        assert d["mean"] == pytest.approx(x.mean(), rel=1e-12) and d["std"] == pytest.approx(x.std(), rel=1e-9)
+        if tally:
+            values, counts = s.values()
+            assert values.tolist() == sorted(set(x.tolist())) and counts.sum() == x.size
+        s.update(np.array([0.5, np.nan]))  # floats after small ints: merged
+        both = np.concatenate([x, [0.5]])
+        d = s.as_dict()
+        assert (d["count"], d["nonfinite"]) == (both.size, 1) and d["mean"] == pytest.approx(both.mean(), rel=1e-12)
+        assert d["std"] == pytest.approx(both.std(), rel=1e-9)
 
 
 def test_frames_are_tallied_and_binned_without_a_second_read(tmp_path, backend, monkeypatch):
