@@ -21,7 +21,20 @@ The fast paths (each falls back to ``Writer.add``, the general path; all of them
 byte-identical to it by one state machine over every store kind,
 ``tests/features/test_commit_paths.py``, whose kind and ``kernel`` draw are named here):
 
-=========================  ===================================================  ===================
+=========================  ===================================================  ==========================
+path                       applies when (beside the checks above)               equivalence draw
+=========================  ===================================================  ==========================
+``fast_add``               one env, no frame stack                              plain, extras, priorities
+``fast_vector_add``        a vector env, no frame stack; the step does not      plain, extras, priorities
+                           wrap the ring end
+``_rows.step`` (C)         as ``fast_vector_add``, no extra fields, ``_rows``   plain, priorities with
+                           built (not ``DISKREPLAY_PURE``), C-contiguous        ``kernel=True``
+                           inputs (else the Python body above)
+``fast_stack_add``         one env of a frame-stack store; the previous step's  stacks
+                           next state overlapped its state (no base to record)
+``fast_stack_vector_add``  a vector env of a frame-stack store; every env's     stacks
+                           stack continues; the step does not wrap the ring end
+=========================  ===================================================  ==========================
 
 The inline commits are plain numpy stores and rely on x86-64 TSO for a live reader to see
 ``intent``, the rows, then ``seen`` and the check word in that order (FORMAT.md, "Memory

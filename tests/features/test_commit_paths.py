@@ -183,3 +183,17 @@ def test_extra_fields_keep_adds_on_the_fast_path(tmp_path):
         got = buf.get(np.arange(20 * num_envs))
         assert got["truncateds"].dtype == bool and got["hidden"].shape == (20 * num_envs, 2)
         buf.close()
+
+
+def test_fastadd_docstring_tables_every_fast_path():
+    """Issue 34 item 4: the fast-add module's docstring has one row per fast path (a merge
+    once dropped the table; this catches it and a new path left out of it)."""
+    import inspect
+    import re
+    from diskreplay.session import fastadd
+    paths = [name for name, fn in inspect.getmembers(fastadd, inspect.isfunction)
+             if name.startswith("fast_") and fn.__module__ == fastadd.__name__]
+    assert paths, "no fast paths found"
+    rows = re.findall(r"^``(\w+)``", fastadd.__doc__, re.M)
+    assert sorted(paths) == sorted(row for row in rows if row.startswith("fast_"))
+    assert "``_rows.step`` (C)" in fastadd.__doc__
