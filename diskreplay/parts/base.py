@@ -127,10 +127,33 @@ class Checks:
                 for name, (shape, dtype) in part.npy_files(self.g).items()}
 
 
+class Step:
+    """One add as the parts see it (``Writer._write_step``, the general path; the fast adds
+    take only steps that give no part a record). The writer fills ``values`` (the step's
+    fields in field order, next states last; a part may replace them before the rows are
+    written), ``seen`` and ``base`` (the ring before the step), ``num_envs``, ``previous``
+    (the next states the previous step gave, from the ``ns_buffer``), ``rows`` (the open
+    field arrays) and ``ws`` (the writer's ``WriteState``). Parts run in ``PARTS`` order and
+    may leave results for later parts: the jump ring's ``jumped`` (which envs' states differ
+    from ``previous``) is what the stack ring's bases start from."""
+
+    __slots__ = ("values", "seen", "base", "num_envs", "previous", "rows", "ws", "jumped", "states", "bases")
+
+    def __init__(self, values: list, seen: int, base: int, num_envs: int, previous, rows: list, ws):
+        self.values, self.seen, self.base, self.num_envs = values, seen, base, num_envs
+        self.previous, self.rows, self.ws = previous, rows, ws
+        self.jumped = self.states = self.bases = None
+
+
 class OpenPart:
     """A part's open object: what it does while the store is open. The sessions call every
     hook on every open part (``DataFiles.parts``) and never ask which part it is; each hook
     is a no-op here, and a part overrides what it needs.
+
+    An add's general path calls, per part: ``plan_step`` (how many records the step will
+    add, so that the writer flushes first where that passes ``limit``), ``before_rows``
+    (after any flush, before the rows are written), ``after_rows`` (write the records and
+    store the count word: the step is not yet committed) and ``after_commit``.
 
     A part with a counter word (``part.word``: the jump ring, the stack ring) counts the
     records it committed: ``count`` is that count in the session's snapshot, ``limit`` the
@@ -140,6 +163,22 @@ class OpenPart:
     part: type = None  # its Part class (set when the store's files are opened)
     count = 0
     limit = 1 << 62
+
+    def plan_step(self, step: Step) -> int:
+        """How many records ``step`` will add (0 for a part that does not count records)."""
+        return 0
+
+    def before_rows(self, step: Step) -> None:
+        """Before ``step``'s rows are written over the oldest ones (and after any flush)."""
+
+    def after_rows(self, step: Step, words) -> int:
+        """``step``'s rows are written: write its records and store the new count in the
+        counter word (``record``); returns that count, which the writer adopts once the step
+        commits. A write error propagates (the writer settles the step and refuses writes)."""
+        return self.count
+
+    def after_commit(self, step: Step) -> None:
+        """``step`` committed (its counts adopted)."""
 
     def record(self, words, count: int) -> None:
         """Store ``count`` in its counter word (a step's records, before the step commits)."""

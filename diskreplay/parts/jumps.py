@@ -40,7 +40,7 @@ from ..disk.npyfile import create_npy, expected_npy_bytes, open_npy, read_npy_he
 from ..core.schema import FieldSpec
 from ..format.counters import W_JUMPS
 from ..format.description import JUMPS_VERSION
-from .base import Checks, Geometry, OpenPart, Part, npy_bytes
+from .base import Checks, Geometry, OpenPart, Part, Step, npy_bytes
 
 JUMPS_FILE = "jumps.npy"
 JUMP_STATES_FILE = "jump_states.npy"
@@ -229,6 +229,24 @@ class JumpRing(OpenPart):
                 raise io_error(f"writing {self.path}", exc) from exc
             self.records[k] = t
         return count + len(rows)
+
+    def plan_step(self, step: Step) -> int:
+        """The envs whose states differ from the next states the previous step gave for
+        them (``step.jumped``): that previous transition's true next state is recorded."""
+        if step.seen > step.base:
+            step.jumped = rows_differ(step.values[0], step.previous)
+        else:  # the first step after a reset has no previous step
+            step.jumped = np.zeros(step.num_envs, bool)
+        return int(np.count_nonzero(step.jumped))
+
+    def after_rows(self, step: Step, words) -> int:
+        jumped = step.jumped
+        if not jumped.any():
+            return self.count
+        count = self.append(self.count, step.seen - step.num_envs + 1 + np.flatnonzero(jumped),
+                            step.previous[jumped])
+        self.record(words, count)
+        return count
 
     def snapshot(self, words, seen: int, num_envs: int, view) -> int:
         """Read after ``seen``: the writer stores the count before it commits a step."""

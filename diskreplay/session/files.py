@@ -24,6 +24,7 @@ from ..format.description import DESCRIPTION_FILE, version_of
 from ..format.directory import FIXED_FILES, NS_FILE, _unlink
 from ..format.rowsums import ROWSUMS_FILE
 from ..parts import Geometry, part_names, parts_of
+from ..parts.base import OpenPart
 from ..parts.priorities.args import check_field_names
 
 # The parts' files, for format.directory's test of which files are a store's own.
@@ -135,6 +136,7 @@ class DataFiles:
         self.ckfile: CheckpointFile | None = None
         self.parts: dict = {}
         self.counted: list = []
+        self.stepping: list = []  # the parts that override a step hook (the general add calls them)
         try:
             self.storage = g.backend.open(directory, g.specs, g.max_size, writable)
             self.storage.orders["states"] = states_order(frames_layout, g.max_size, g.num_envs)
@@ -152,6 +154,7 @@ class DataFiles:
                     self.parts[part.name] = opened
             # the parts that count committed records in a counter word
             self.counted = [opened for opened in self.parts.values() if opened.part.word is not None]
+            self.stepping = [opened for opened in self.parts.values() if takes_steps(opened)]
         except BaseException:
             self.close()
             raise
@@ -190,3 +193,12 @@ class DataFiles:
         self.storage = self.ns_file = self.sums_file = self.ckfile = None
         self.parts = {}
         self.counted = []
+        self.stepping = []
+
+
+_STEP_HOOKS = ("plan_step", "before_rows", "after_rows", "after_commit")
+
+
+def takes_steps(opened) -> bool:
+    """Whether an open part overrides any of ``OpenPart``'s step hooks."""
+    return any(getattr(type(opened), hook) is not getattr(OpenPart, hook) for hook in _STEP_HOOKS)

@@ -24,6 +24,7 @@ flusher and the fast adds.
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import secrets
 import sys
@@ -39,9 +40,10 @@ from ..errors import (DiskReplayError, ReadOnlyError, ReentrantCallError, Schema
                      StoreIOError)
 from .fastadd import fast_add, fast_stack_add, fast_stack_vector_add, fast_vector_add
 from .flushing import Flusher, initial_checkpoint
-from ..parts.stacks.ring import frame_spec, overlaps
+from ..parts.stacks.ring import frame_spec
 from ..disk.fsutil import io_error
-from ..parts.jumps import create_jump_files, jump_capacity, rows_differ
+from ..parts.base import Step
+from ..parts import PARTS, Geometry
 from ..format.directory import (finish_creating, lock_exists, mark_creating, prepare_directory, remove_store_files,
                                 undo_create)
 from ..parts.stacks.ring import state_spec
@@ -147,11 +149,16 @@ class Writer(Session):
         self.live = True
 
     def _upgrade(self) -> None:
-        """A format 1 store (no jump ring) becomes format 2: its jump files are made, then
-        ``store.json`` says 2 (the commit point; a crash before it makes them again).
-        Transitions added before have the next states format 1 gave them."""
+        """A format 1 store becomes format 2: the files of each part that format brought
+        (``Part.since``: the jump ring) are made, then ``store.json`` says 2 (the commit point;
+        a crash before it makes them again). Transitions added before have the next states
+        format 1 gave them."""
         if self.fields is not None:
-            create_jump_files(self.directory, self.fields["states"], jump_capacity(self.max_size, self.reserve_rows))
+            old = Geometry.of(self.desc, is_prioritized(self.desc))
+            new = dataclasses.replace(old, format_version=JUMPS_VERSION)
+            for part in PARTS:
+                if part.since is not None and part.wanted(new) and not part.wanted(old):
+                    part.create(self.directory, new)
         desc = dict(self.desc)
         desc["format_version"] = JUMPS_VERSION
         desc["fields"] = None if self.fields is None else {n: f.to_json() for n, f in self.fields.items()}
@@ -216,21 +223,20 @@ class Writer(Session):
 
     def _write_step(self, values: list) -> None:
         """Write one validated step (values in field order, next states last) and commit it.
-        Where its states differ from the next states the previous step gave for the same
-        env, that previous transition's next state goes to the jump ring (``jumps.py``)."""
+        Each part sees the step through its step hooks (``OpenPart.plan_step`` and on, in
+        ``PARTS`` order): the jump ring records the previous transitions' true next states
+        where this step's states differ from them, the stack ring its bases."""
         n = self.num_envs
         seen = self.seen
         t_end = seen + n
         previous = self.data.ns[(seen // n) & 1]  # the other parity's area: this step leaves it intact
-        jumped = rows_differ(values[0], previous) if seen > self.base else np.zeros(n, bool)
-        new = int(jumped.sum())
-        jumps, stacks = self.data.jumps, self.data.stacks  # a writer's store always has the jump ring
-        if stacks is not None:  # bases: states that do not continue their env's previous state
-            overlap, self.overlap = self.overlap, None  # unknown until this step commits
-            bases = jumped | (~overlap if overlap is not None and seen > self.base else True)
+        step = Step(values, seen, self.base, n, previous, self.arrays, self.ws)
+        parts = self.data.stepping
+        over = False
+        for part in parts:  # every part plans (the later ones read the earlier ones' results)
+            over |= part.count + part.plan_step(step) > part.limit
         flusher = self.flusher
-        if t_end > self.flush_before or jumps.count + new > jumps.limit or (
-                stacks is not None and stacks.count + int(bases.sum()) > stacks.limit):
+        if t_end > self.flush_before or over:
             self._flush_now()
         elif t_end > flusher.early_at:
             flusher.work_early()
@@ -238,43 +244,29 @@ class Writer(Session):
             raise self.refusal("add")
         words = self.words
         begin_step(words, t_end)
+        for part in parts:
+            part.before_rows(step)
         start, fit = ring.step_slots(seen, self.base, self.max_size, n)
-        if stacks is not None:
-            state = values[0]
-            stacks.save_tail(self.arrays[0], seen, self.base)  # the frames this step overwrites
-            values = [state[:, -1]] + values[1:]
         storage = self.data.storage
+        values = step.values
         for name, arr, value in zip(self.fields, self.arrays, values):
             order = storage.order(name)  # a frame-stack store's frames may lie env-major (roworder.py)
             arr[order.span(start, fit)] = value[:fit]
             if fit < n:  # the step wraps around the ring end
                 arr[order.span(0, n - fit)] = value[fit:]
-        count = jumps.count
-        if new:
-            try:
-                count = jumps.append(count, seen - n + 1 + np.flatnonzero(jumped), previous[jumped])
-            except DiskReplayError as exc:  # a write error (EIO, a full disk): as after a failed sync,
-                self.settle()               # the disk may not hold what we think; refuse writes until reopened
-                self._fail(exc)
-                raise
-            jumps.record(words, count)
-        scount = stacks.count if stacks is not None else 0
-        if stacks is not None and bases.any():
-            try:
-                scount = stacks.append(scount, seen + 1 + np.flatnonzero(bases), state[bases])
-            except DiskReplayError as exc:
-                self.settle()
-                self._fail(exc)
-                raise
-            stacks.record(words, scount)
+        try:
+            counts = [part.after_rows(step, words) for part in parts]
+        except DiskReplayError as exc:  # a write error (EIO, a full disk): as after a failed sync,
+            self.settle()               # the disk may not hold what we think; refuse writes until reopened
+            self._fail(exc)
+            raise
         self.data.ns[(t_end // n) & 1] = values[-1]
         commit_step(words, t_end, self.key)
-        jumps.count = count  # before seen: settle() takes an in-memory seen behind intent as stale
-        if stacks is not None:
-            stacks.count = scount
+        for part, count in zip(parts, counts):  # before seen: settle() takes an in-memory seen behind intent as stale
+            part.count = count
         self.seen = t_end
-        if stacks is not None:
-            self.overlap = overlaps(state, values[-1])
+        for part in parts:
+            part.after_commit(step)
 
     def settle(self) -> None:
         """Finish a step an exception left in flight (``intent`` ahead of ``seen``): keep it

@@ -41,7 +41,7 @@ from ...disk.npyfile import create_npy, open_npy
 from ...core.roworder import SLOT_ORDER, SlotOrder
 from ...core.schema import FieldSpec
 from ...format.counters import W_STACKS
-from ..base import Checks, Geometry, OpenPart, Part, npy_bytes
+from ..base import Checks, Geometry, OpenPart, Part, Step, npy_bytes
 
 STACK_RECORDS_FILE = "stack_records.npy"
 STACK_STATES_FILE = "stack_states.npy"
@@ -169,6 +169,33 @@ class FrameStacks(OpenPart):
 
     def append(self, count: int, ts, states: np.ndarray) -> int:
         return self.records.append(count, ts, states)
+
+    def plan_step(self, step: Step) -> int:
+        """The step's bases (``step.bases``): envs whose state does not continue their
+        previous state by one frame (a jump, ``step.jumped``, or no overlap), whose whole
+        states the stack ring records. ``ws.overlap`` is unknown until the step commits."""
+        ws = step.ws
+        overlap, ws.overlap = ws.overlap, None
+        continues = ~overlap if overlap is not None and step.seen > step.base else True
+        step.bases = step.jumped | continues
+        return int(np.count_nonzero(step.bases))
+
+    def before_rows(self, step: Step) -> None:
+        """Save the frames the step overwrites into the tail; the ring stores each state's last frame."""
+        step.states = state = step.values[0]
+        self.save_tail(step.rows[0], step.seen, step.base)
+        step.values = [state[:, -1]] + step.values[1:]
+
+    def after_rows(self, step: Step, words) -> int:
+        bases = step.bases
+        if not bases.any():
+            return self.count
+        count = self.append(self.count, step.seen + 1 + np.flatnonzero(bases), step.states[bases])
+        self.record(words, count)
+        return count
+
+    def after_commit(self, step: Step) -> None:
+        step.ws.overlap = overlaps(step.states, step.values[-1])
 
     def copy_into(self, other: "FrameStacks", count: int, seen: int, base: int, num_envs: int) -> int:
         """The stack ring's records in its lookup window (whole states that live stacks may
