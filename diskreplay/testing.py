@@ -37,11 +37,8 @@ def counter_words(buf: DiskReplay) -> np.ndarray:
 def part_counts(buf: DiskReplay) -> dict[str, int]:
     """The records the session counts as committed in each side ring: ``jumps`` (the jump
     ring) and, in a frame-stack store, ``stacks`` (the stack ring)."""
-    session = buf._session
-    counts = {"jumps": int(session.jcount)}
-    if buf.frame_stack:
-        counts["stacks"] = int(session.scount)
-    return counts
+    counts = {"jumps": 0, **buf._session.part_counts()}  # a format 1 store has no jump ring
+    return {name: int(count) for name, count in counts.items()}
 
 
 __all__ = ["counter_words", "part_counts", "raw_rows", "ring_state"]

@@ -9,6 +9,8 @@ from __future__ import annotations
 from .base import Geometry, Part
 from .jumps import Jumps
 from .priorities.files import PrioritiesPart
+from .rows import Rows
+from .stacks.decode import StackedRows
 from .stacks.ring import Stacks
 
 PARTS: tuple[type[Part], ...] = (Jumps, Stacks, PrioritiesPart)
@@ -24,4 +26,12 @@ def part_names() -> tuple[str, ...]:
     return tuple(name for part in PARTS for name in part.names)
 
 
-__all__ = ["Geometry", "PARTS", "Part", "part_names", "parts_of"]
+def rows_for(data, gatherer, num_envs: int, max_size: int) -> Rows:
+    """The ``Rows`` a session reads the opened store ``data`` (``DataFiles``) through."""
+    jumps, stacks = data.parts.get(Jumps.name), data.parts.get(Stacks.name)
+    if stacks is not None:
+        return StackedRows(gatherer, jumps, stacks, num_envs, max_size)
+    return Rows(gatherer, jumps, num_envs, max_size)
+
+
+__all__ = ["Geometry", "PARTS", "Part", "Rows", "part_names", "parts_of", "rows_for"]

@@ -20,19 +20,18 @@ from ..format.counters import W_FLUSH_NS, Counters
 from ..format.description import read_description
 from ..errors import (CorruptStoreError, EmptyStoreError, IndexOutOfRangeError, InvalidArgumentError,
                      StoreClosedError)
-from ..backends.gather import BATCH_ORDER, Gatherer
+from ..backends.gather import Gatherer
 from ..format.directory import check_is_store
 from ..parts.stacks.ring import state_spec
 from .files import DataFiles
 from ..format.lock import WriterLock
 from ..core.nstep import nstep_batch
 from ..parts.priorities.files import Priorities
-from ..parts import Geometry
+from ..parts import Geometry, Rows, rows_for
 from ..parts.sampling import Sampler, sampler_for
 from ..parts.priorities.args import check_priorities, is_prioritized
 from ..format.rowsums import torn_slots
 from ..core.schema import FieldSpec
-from ..parts.stacks.decode import StackBatches
 
 _INT64 = np.dtype(np.int64)
 _smallest, _largest = np.minimum.reduce, np.maximum.reduce  # the ufuncs' own methods: no wrapper per call
@@ -58,7 +57,7 @@ class Session:
         self.counters: Counters | None = None
         self.data: DataFiles | None = None
         self.gatherer: Gatherer | None = None
-        self.stack_batches: StackBatches | None = None  # a frame-stack store's whole batches (stackbatch.py)
+        self.rows: Rows | None = None  # what reads go through (parts/rows.py: plain or frame stacks)
         self.sampler: Sampler | None = None  # draws slots, uniform or by priority (parts/sampling.py)
         self.recovery_note: str | None = None
         self.seen = self.base = self.draws = self.resets = 0
@@ -89,9 +88,7 @@ class Session:
         self.data = DataFiles(self.directory, Geometry.of(self.desc, is_prioritized(self.desc)), self.writable,
                               frames_layout=self.desc.get("frames_layout"))
         self.gatherer = Gatherer(self.fields, self.data.storage, self.num_envs, self.max_size)
-        if self.data.stacks is not None:
-            self.stack_batches = StackBatches(self.data.stacks, self.gatherer, self.data.jumps, self.num_envs,
-                                              self.max_size)
+        self.rows = rows_for(self.data, self.gatherer, self.num_envs, self.max_size)
         if self.sampler is not None:  # fields known at the first add: the same stream, now with priorities
             self.sampler = sampler_for(self.sampler.stream, self.prio, self._current_priorities)
 
@@ -118,19 +115,6 @@ class Session:
     def part_counts(self) -> dict:
         """The committed records of the parts that count them, by part name."""
         return {part.part.name: part.count for part in self.counted}
-
-    @property
-    def jcount(self) -> int:
-        """The jump ring's committed records in the current snapshot (0 without one): what
-        the reads that patch exact next states search."""
-        jumps = self.data.jumps if self.data is not None else None
-        return jumps.count if jumps is not None else 0
-
-    @property
-    def scount(self) -> int:
-        """A frame-stack store's stack ring's committed records in the current snapshot."""
-        stacks = self.data.stacks if self.data is not None else None
-        return stacks.count if stacks is not None else 0
 
     def current_parts(self) -> None:
         """Bring every part up to the session's snapshot before its data is read whole."""
@@ -216,7 +200,7 @@ class Session:
             raise EmptyStoreError(f"cannot sample from {self.path}: the store is empty; add transitions first")
         head = ring.ring_head(self.seen, self.base, self.max_size)
         idxs, weights = self.sampler.draw(size, batch_size, use_cer, head, beta)
-        if ahead and n_step == 1 and not self.frame_stack:
+        if ahead and n_step == 1 and self.rows.reads_ahead:
             self._read_ahead(idxs, size, batch_size, use_cer, head)
         self._drew()
         batch = self._gather(idxs, head) if n_step == 1 else self._gather_nstep(idxs, n_step, gamma)
@@ -263,13 +247,7 @@ class Session:
         return batch
 
     def _gather(self, idxs: np.ndarray, head: int) -> dict:
-        if self.frame_stack:
-            return self.stack_batches.batch(idxs, head, self.seen, self.base, self.scount, self.jcount,
-                                            self.current_ns())
-        batch = self.gatherer.gather(idxs, head, self.current_ns())
-        if self.jcount:
-            self._patch_jumps(batch, idxs, head, self.jcount)
-        return batch
+        return self.rows.batch(idxs, head, self.seen, self.base, self.current_ns())
 
     def get_fields(self, idxs, names: tuple) -> dict:
         """Only the keys ``names`` (fields, ``next_states``, ``jumps`` and ``priorities`` if
@@ -312,85 +290,17 @@ class Session:
         return read(self._row_gather(head, ns_rows), head)[0]
 
     def _row_gather(self, head: int, ns_rows: np.ndarray, fix: Callable | None = None) -> Callable:
-        """The ``gather`` that ``_read`` hands to its ``read``: rows, then ``fix(batch,
-        slots)`` (a reader's undo overlay), then the exact next states of the jump ring."""
-        jcount = self.jcount
+        """The ``gather`` that ``_read`` hands to its ``read``: rows, ``fix(batch, slots)``
+        (a reader's undo overlay) on them, and exact next states (``Rows.gather``)."""
+        rows, seen, base = self.rows, self.seen, self.base
 
         def gather(slots, names=None):
-            if self.frame_stack and names is None and fix is None:  # jumps patched there too
-                return self.stack_batches.batch(np.asarray(slots, np.int64), head, self.seen, self.base,
-                                                self.scount, jcount, ns_rows)
-            if self.frame_stack:
-                batch = self._stack_rows(slots, names, head, ns_rows, fix)
-            elif names is None:
-                batch = self.gatherer.gather(slots, head, ns_rows)
-            else:
-                batch = self.gatherer.gather_some(slots, head, ns_rows, names)
-            if fix is not None and not self.frame_stack:
-                fix(batch, slots)
-            if "next_states" in batch and jcount:
-                self._patch_jumps(batch, slots, head, jcount)
-            return batch
+            return rows.gather(slots, names, head, seen, base, ns_rows, fix)
         return gather
 
-    def _stack_rows(self, slots, names, head: int, ns_rows: np.ndarray, fix: Callable | None) -> dict:
-        """Rows of a frame-stack store: its other fields as stored, whole states and next
-        states rebuilt from frames (``FrameStacks.plan`` and ``finish``; ``fix`` patches frames too)."""
-        m, n, seen, base = self.max_size, self.num_envs, self.seen, self.base
-        slots = np.asarray(slots, np.int64)
-        if names is None:
-            keys = list(BATCH_ORDER) + [f for f in self.fields if f not in BATCH_ORDER]
-        else:  # as Gatherer.gather_some orders them: next states last
-            keys = [f for f in names if f != "next_states"] + ["next_states"] * ("next_states" in names)
-        others = [f for f in keys if f in self.fields and f != "states"]
-        ts = seen - (head - slots) % m if len(slots) else np.empty(0, np.int64)  # transitions held
-        want_states, want_ns = "states" in keys, "next_states" in keys
-        if want_ns:
-            in_buffer = ts > seen - n  # the newest step's next states are the ns_buffer's
-            buffer_idx = ts - (seen - n + 1)
-        wanted = ([ts] if want_states else []) + ([ts[~in_buffer] + n] if want_ns else [])
-        stacks = self.data.stacks
-        plan = stacks.plan(np.concatenate(wanted) if wanted else ts[:0], base, self.scount)
-        frame_slots = plan[1].ravel()
-        rows, frames = self.gatherer.stack_rows(slots, others, frame_slots, head, ns_rows)
-        if fix is not None:
-            if rows:
-                fix(rows, slots)
-            fix({"states": frames}, frame_slots)
-        built = stacks.finish(plan, frames, seen, base)
-        if want_states:
-            rows["states"] = built[:len(ts)]
-        if want_ns and not in_buffer.any():
-            rows["next_states"] = built[len(ts) if want_states else 0:]
-        elif want_ns:
-            ns = np.empty((len(slots),) + self.state_spec.shape, self.state_spec.dtype)
-            ns[~in_buffer] = built[len(ts) if want_states else 0:]
-            ns[in_buffer] = ns_rows.take(buffer_idx[in_buffer], axis=0)
-            rows["next_states"] = ns
-        return {key: rows[key] for key in keys if key in rows}
-
-    def _recorded(self, slots: np.ndarray, head: int, jcount: int) -> tuple[np.ndarray, np.ndarray]:
-        """``(found, k)``: which slots' transitions have their next state in the jump ring
-        (among the first ``jcount`` records), and the record numbers. The newest step's
-        next states are in the ``ns_buffer`` and never looked up."""
-        _, in_buffer, _ = ring.next_state_sources(slots, head, self.max_size, self.num_envs)
-        ts = ring.transition_of_slots(slots, self.seen, self.base, self.max_size)
-        found, ks = self.data.jumps.find(ts, jcount)
-        found &= ~in_buffer
-        return found, ks
-
-    def _patch_jumps(self, batch: dict, slots: np.ndarray, head: int, jcount: int) -> None:
-        """Put the exact next states of recorded jumps into ``batch["next_states"]``."""
-        found, ks = self._recorded(np.asarray(slots, np.int64), head, jcount)
-        if found.any():
-            batch["next_states"][found] = self.data.jumps.states(ks[found])
-
     def _jumps(self, idxs: np.ndarray, head: int) -> np.ndarray:
-        """bool per slot in idxs: True where that slot's transition has a recorded exception
-        (its next state is not the next row's state of the same env)."""
-        if not self.jcount or not len(idxs):
-            return np.zeros(len(idxs), bool)
-        return self._recorded(np.asarray(idxs, np.int64), head, self.jcount)[0]
+        """bool per slot in ``idxs``: whether its transition has a recorded jump (``Rows.jump_flags``)."""
+        return self.rows.jump_flags(idxs, head, self.seen, self.base)
 
     def _checked_idxs(self, idxs) -> np.ndarray:
         size = ring.ring_size(self.seen, self.base, self.max_size)
@@ -451,7 +361,7 @@ class Session:
         """Hook: what a session does while everything is still open (the writer flushes)."""
 
     def _release(self) -> None:
-        self.stack_batches = None
+        self.rows = None
         if self.gatherer is not None:
             self.gatherer.close()
             self.gatherer = None

@@ -171,13 +171,10 @@ class Reader(Session):
         the one it holds, and transitions up to ``intent`` may have been written."""
         if ns_touched:
             return True
-        seen, m, n = self.seen, self.max_size, self.num_envs
+        seen, m = self.seen, self.max_size
         if intent <= seen:
             return False
-        if self.data.stacks is not None:  # a stack is rebuilt from k - 1 earlier slots too
-            slots = self.data.stacks.chain_slots(idxs)
-        else:
-            slots = np.concatenate([idxs, (idxs + n) % m])
+        slots = self.rows.read_slots(idxs)  # and their next states' (a stack's earlier frames too)
         held = ring.transition_of_slots(slots, seen, self.base, m)
         return bool((held + m <= intent).any())
 

@@ -134,8 +134,8 @@ def test_the_jump_ring_forces_a_flush_before_it_outgrows_its_room(tmp_path, back
             given.append(rng.integers(0, 255, 3 << 20, dtype=np.uint8))
             buf.add(rng.integers(0, 255, 3 << 20, dtype=np.uint8), 0, 0.0, given[-1], False)
             session = buf._session
-            assert session.jcount - session.checkpoint.jumps <= reserve
-        assert session.checkpoint.jumps > 0 and session.jcount == 29
+            assert session.data.jumps.count - session.checkpoint.jumps <= reserve
+        assert session.checkpoint.jumps > 0 and session.data.jumps.count == 29
         for slots in (np.arange(0, 30, 3), np.arange(30)):  # frames: scattered and in runs
             assert buf.get(slots)["next_states"].tobytes() == np.stack([given[i] for i in slots]).tobytes()
 
@@ -203,7 +203,7 @@ slot = (seen - writer.base) % buf.max_size
 words[W_INTENT] = seen + n
 for arr in writer.storage.arrays.values():
     arr[slot:slot + n] = 77
-count = writer.data.jumps.append(writer.jcount, np.arange(seen - n + 1, seen + 1),
+count = writer.data.jumps.append(writer.data.jumps.count, np.arange(seen - n + 1, seen + 1),
                                  np.full((n,) + writer.fields["states"].shape, 77, np.float32))
 words[{w_jumps}] = count
 os.kill(os.getpid(), signal.SIGKILL)
@@ -313,12 +313,12 @@ def test_a_refused_add_leaves_the_jump_ring_as_it_was(tmp_path, backend):
         for _ in range(4):
             episodes.add(buf)
         session = buf._session
-        count, records = session.jcount, session.data.jumps.records.copy()
+        count, records = session.data.jumps.count, session.data.jumps.records.copy()
         fresh = episodes.fresh()
         for bad_next in (np.zeros((2, 3), np.float32), np.full((2, 2, 3), 1e300), "frames"):
             with pytest.raises(SchemaMismatchError):
                 buf.add(fresh, np.zeros(2, np.int64), np.zeros(2, np.float32), bad_next, np.zeros(2, bool))
-        assert session.jcount == count and int(session.counters.words[W_JUMPS]) == count
+        assert session.data.jumps.count == count and int(session.counters.words[W_JUMPS]) == count
         np.testing.assert_array_equal(session.data.jumps.records, records)
         assert_exact(buf, episodes)
 

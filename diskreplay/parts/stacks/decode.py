@@ -10,7 +10,10 @@ the chain, a frame the ring overwrote, a next state in the ``ns_buffer`` or in t
 ring) are few; only they go through ``FrameStacks.patch``, the one rule, and the patches.
 The jump ring is searched only for rows whose ``t + n`` is a base: the writer makes every
 jump's next transition a base (``Writer._write_step``; FORMAT.md). Reads with a reader's
-undo overlay, or of named fields only, take ``Session._stack_rows``.
+undo overlay, or of named fields only, take ``StackedRows.gather``.
+
+``StackedRows`` is the frame-stack store's ``Rows`` (``parts/rows.py``): what the sessions
+read through.
 """
 from __future__ import annotations
 
@@ -19,6 +22,7 @@ import numpy as np
 from .ring import FrameStacks
 from ...backends.gather import BATCH_ORDER, FRAME_ROW_BYTES, PROBE_ROWS, Gatherer, slot_runs
 from ..jumps import JumpRing
+from ..rows import Rows
 
 _largest, _smallest = np.maximum.reduce, np.minimum.reduce  # the ufuncs' own methods: no wrapper per call
 
@@ -110,4 +114,68 @@ class StackBatches:
                 self.stacks.records.read_into(ns_bases[i], next_states[i])
 
 
-__all__ = ["StackBatches"]
+class StackedRows(Rows):
+    """Rows of a frame-stack store: whole batches through ``StackBatches``, other reads
+    (named fields, a reader's undo overlay) through ``FrameStacks.plan`` and ``finish``."""
+
+    reads_ahead = False
+
+    def __init__(self, gatherer: Gatherer, jumps: JumpRing | None, stacks: FrameStacks, num_envs: int,
+                 max_size: int):
+        super().__init__(gatherer, jumps, num_envs, max_size)
+        self.stacks = stacks
+        self.batches = StackBatches(stacks, gatherer, jumps, num_envs, max_size)
+
+    def batch(self, slots: np.ndarray, head: int, seen: int, base: int, ns_rows: np.ndarray) -> dict:
+        return self.batches.batch(slots, head, seen, base, self.stacks.count, self.jcount, ns_rows)
+
+    def gather(self, slots, names, head: int, seen: int, base: int, ns_rows: np.ndarray, fix=None) -> dict:
+        slots = np.asarray(slots, np.int64)
+        if names is None and fix is None:  # jumps patched there too
+            return self.batch(slots, head, seen, base, ns_rows)
+        batch = self._rows(slots, names, head, seen, base, ns_rows, fix)
+        self.patch(batch, slots, head, seen, base)
+        return batch
+
+    def read_slots(self, slots: np.ndarray) -> np.ndarray:
+        """A stack is rebuilt from ``k - 1`` earlier slots too."""
+        return self.stacks.chain_slots(slots)
+
+    def _rows(self, slots: np.ndarray, names, head: int, seen: int, base: int, ns_rows: np.ndarray, fix) -> dict:
+        """Its other fields as stored, whole states and next states rebuilt from frames
+        (``FrameStacks.plan`` and ``finish``; ``fix`` patches frames too)."""
+        m, n, stacks = self.m, self.n, self.stacks
+        fields = self.gatherer.fields
+        if names is None:
+            keys = self.batches.keys
+        else:  # as Gatherer.gather_some orders them: next states last
+            keys = [f for f in names if f != "next_states"] + ["next_states"] * ("next_states" in names)
+        others = [f for f in keys if f in fields and f != "states"]
+        ts = seen - (head - slots) % m if len(slots) else np.empty(0, np.int64)  # transitions held
+        want_states, want_ns = "states" in keys, "next_states" in keys
+        if want_ns:
+            in_buffer = ts > seen - n  # the newest step's next states are the ns_buffer's
+            buffer_idx = ts - (seen - n + 1)
+        wanted = ([ts] if want_states else []) + ([ts[~in_buffer] + n] if want_ns else [])
+        plan = stacks.plan(np.concatenate(wanted) if wanted else ts[:0], base, stacks.count)
+        frame_slots = plan[1].ravel()
+        rows, frames = self.gatherer.stack_rows(slots, others, frame_slots, head, ns_rows)
+        if fix is not None:
+            if rows:
+                fix(rows, slots)
+            fix({"states": frames}, frame_slots)
+        built = stacks.finish(plan, frames, seen, base)
+        if want_states:
+            rows["states"] = built[:len(ts)]
+        if want_ns and not in_buffer.any():
+            rows["next_states"] = built[len(ts) if want_states else 0:]
+        elif want_ns:
+            spec = stacks.records.spec  # a whole state: k frames
+            ns = np.empty((len(slots),) + spec.shape, spec.dtype)
+            ns[~in_buffer] = built[len(ts) if want_states else 0:]
+            ns[in_buffer] = ns_rows.take(buffer_idx[in_buffer], axis=0)
+            rows["next_states"] = ns
+        return {key: rows[key] for key in keys if key in rows}
+
+
+__all__ = ["StackBatches", "StackedRows"]
