@@ -7,7 +7,7 @@ import tempfile
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
@@ -203,6 +203,75 @@ def test_bad_updates_leave_store_and_tree_exactly_as_they_were(tmp_path, backend
         for a, b in zip(before[1], after[1]):
             np.testing.assert_array_equal(a, b)
         assert before[2] == after[2]
+
+
+STORED_OUT_OF_RANGE = [  # finite raw priorities whose stored (raw + epsilon) ** alpha is not keepable
+    ("inf after alpha", 2.0, 1e-6, 1e200),
+    ("tree sum would overflow", 1.0, 0.0, 1e308),
+    ("subnormal after alpha", 1.0, 0.0, 5e-324),
+    ("subnormal from a large alpha", 50.0, 0.0, 1e-7),
+]
+
+
+@pytest.mark.parametrize("case", STORED_OUT_OF_RANGE, ids=[c[0] for c in STORED_OUT_OF_RANGE])
+def test_priorities_that_overflow_after_alpha_are_refused_and_change_nothing(tmp_path, backend, case):
+    """Issue 35 item 4: the value checked is the stored one, ``(raw + epsilon) ** alpha``."""
+    _, alpha, epsilon, raw = case
+    with make(tmp_path / "s", backend, max_size=20, alpha=alpha, epsilon=epsilon) as buf:
+        fill(buf, 12)
+        buf.update_priorities(np.arange(12), np.linspace(0.5, 2.0, 12))
+        before = _snapshot(buf)
+        with pytest.raises(InvalidPriorityError, match="nothing was written") as info:
+            buf.update_priorities(np.array([3, 4]), [1.0, raw])
+        assert repr(raw) in str(info.value)
+        after = _snapshot(buf)
+        assert before[0] == after[0]
+        for a, b in zip(before[1], after[1]):
+            np.testing.assert_array_equal(a, b)
+    with DiskReplay.open(tmp_path / "s", mode="r+") as buf:
+        buf.sample(8)
+        assert np.isfinite(buf.get(np.arange(12))["priorities"]).all()
+
+
+SPECIAL = [0.0, 5e-324, 1e-310, 2.2250738585072014e-308, 1e-200, 1e-7, 1.0, 1e100, 1e200, 1e300, 1e308,
+           1.7976931348623157e308, float("inf"), float("nan"), -1.0, -0.0]
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                                                 HealthCheck.too_slow])
+@given(alpha=st.sampled_from([0.0, 0.5, 0.6, 1.0, 2.0, 7.5, 60.0]),
+       epsilon=st.sampled_from([0.0, 1e-300, 1e-6, 0.01, 1.0]),
+       updates=st.lists(st.lists(st.one_of(st.sampled_from(SPECIAL), st.floats(allow_nan=True, allow_infinity=True)),
+                                 min_size=1, max_size=6), min_size=1, max_size=5))
+def test_no_accepted_priority_makes_the_store_unopenable_or_sampling_degenerate(alpha, epsilon, updates):
+    """Issue 35 item 4, as a property: whatever priorities, alpha and epsilon, an update is
+    either refused with InvalidPriorityError (changing nothing) or stores finite values;
+    afterwards sampling gives finite weights in [0, 1] and the store reopens and verifies."""
+    from diskreplay.verify import verify_store
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "s")
+        if epsilon and alpha and epsilon ** alpha < np.finfo(np.float64).tiny:  # create refuses those
+            with pytest.raises(InvalidArgumentError, match="underflows"):
+                make(path, "memmap", max_size=16, alpha=alpha, epsilon=epsilon)
+            return
+        with make(path, "memmap", max_size=16, alpha=alpha, epsilon=epsilon) as buf:
+            fill(buf, 10)
+            for values in updates:
+                idxs = np.arange(len(values)) % 10
+                before = buf.get(np.arange(10))["priorities"]
+                try:
+                    buf.update_priorities(idxs, values)
+                except InvalidPriorityError:
+                    np.testing.assert_array_equal(buf.get(np.arange(10))["priorities"], before)
+                stored = buf.get(np.arange(10))["priorities"]
+                assert np.isfinite(stored).all() and (stored >= 0).all()
+                batch = buf.sample(8)
+                w = batch["weights"]
+                assert np.isfinite(w).all() and (w >= 0).all() and (w <= 1).all()
+        with DiskReplay.open(path, mode="r+") as buf:
+            batch = buf.sample(8)
+            assert np.isfinite(batch["weights"]).all()
+        assert verify_store(path).ok
 
 
 @pytest.mark.parametrize("beta", [-0.1, 1.5, float("nan"), "0.5", None, True])

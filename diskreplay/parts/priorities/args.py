@@ -16,9 +16,11 @@ _FLOAT64 = np.dtype(np.float64)
 _smallest, _largest = np.minimum.reduce, np.maximum.reduce  # the ufuncs' own methods: no wrapper per call
 
 
-def settings_keys(prioritized, alpha, epsilon) -> dict:
+def settings_keys(prioritized, alpha, epsilon, new: bool = True) -> dict:
     """The ``store.json`` keys of ``create(..., prioritized, alpha, epsilon)`` (checked);
-    none for a uniform store, whose description stays as it was."""
+    none for a uniform store, whose description stays as it was. A ``new`` store's
+    settings must also store a priority of 0 (``epsilon ** alpha`` 0 or a normal float:
+    ``Priorities.stored``); an existing store's are read as they are."""
     if not isinstance(prioritized, (bool, np.bool_)):
         raise InvalidArgumentError(f"prioritized must be True or False, got {prioritized!r}")
     alpha = _real("alpha", alpha)
@@ -29,6 +31,10 @@ def settings_keys(prioritized, alpha, epsilon) -> dict:
         raise InvalidArgumentError(f"epsilon must be >= 0 (> 0 keeps every priority positive), got {epsilon!r}")
     if not prioritized:
         return {}
+    if new and epsilon > 0 and alpha > 0 and not epsilon ** alpha >= np.finfo(np.float64).tiny:
+        raise InvalidArgumentError(
+            f"epsilon {epsilon!r} ** alpha {alpha!r} underflows below the smallest normal float64, so a priority "
+            "of 0 could not be stored; use a larger epsilon (1e-6 is usual), epsilon=0, or a smaller alpha")
     return {"prioritized": True, "alpha": alpha, "epsilon": epsilon}
 
 
@@ -45,7 +51,7 @@ def is_prioritized(desc: dict) -> bool:
 def read_settings(desc: dict, path: str) -> tuple[float, float]:
     """``(alpha, epsilon)`` of a prioritized description, or CorruptStoreError."""
     try:
-        keys = settings_keys(True, desc.get("alpha"), desc.get("epsilon"))
+        keys = settings_keys(True, desc.get("alpha"), desc.get("epsilon"), new=False)
     except InvalidArgumentError as exc:
         raise CorruptStoreError(f"{path}: {exc}") from None
     return keys["alpha"], keys["epsilon"]

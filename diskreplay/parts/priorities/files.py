@@ -38,7 +38,7 @@ import numpy as np
 
 from ...core import ring
 from ...backends import get_backend
-from ...errors import CorruptStoreError, DiskReplayError, EmptyStoreError
+from ...errors import CorruptStoreError, DiskReplayError, EmptyStoreError, InvalidPriorityError
 from ...disk.fsutil import preallocate_file
 from ...disk.mapped import MappedFile
 from ...format.lock import writer_alive
@@ -58,7 +58,12 @@ W_MAGIC, W_VERSION, W_ASSIGNED, W_BASE, W_MAXP, W_SEQ = range(6)
 _HEADER = struct.Struct("<8sQQQQdI")  # magic, generation, seen, base, assigned, max_p, crc
 SEQ_WAITS = 200  # waits (0.5 ms each) of a reader for an update in progress to finish
 SEQ_COPIES = 20  # copies a reader takes while updates keep changing the priorities
-_largest = np.maximum.reduce  # the ufunc's own method: no wrapper per call
+# The stored priorities' range (``Priorities.stored``): a sum of max_size of them stays
+# below the largest float64 by a factor of 4 (the tree adds them in any order); a
+# subnormal would make ``p_i / min p`` overflow.
+P_LIMIT = float(np.finfo(np.float64).max) / 4
+P_TINY = float(np.finfo(np.float64).tiny)
+_largest, _smallest = np.maximum.reduce, np.minimum.reduce
 
 
 # ---------------------------------------------------------------------- files
@@ -127,6 +132,7 @@ class Priorities(OpenPart):
         self.path = os.path.join(directory, PRIORITY_FILE)
         self.alpha, self.epsilon = read_settings(desc, os.path.join(directory, "store.json"))
         self.max_size = m = desc["max_size"]
+        self.p_max = P_LIMIT / m  # the largest priority stored (``stored``)
         self.writable = writable
         self.layout = FileLayout(m)
         self.storage = self.file = None
@@ -235,8 +241,8 @@ class Priorities(OpenPart):
         duplicates wins), the running ``max_p``, the live dataset and the tree."""
         if len(idxs) == 0:
             return
+        p = self.stored(raw)  # refused before anything is written
         self.catch_up(seen, base)
-        p = (raw + self.epsilon) ** self.alpha
         w = self.words
         w[W_SEQ] = int(w[W_SEQ]) | 1  # odd: readers wait for the update to finish
         try:
@@ -252,6 +258,30 @@ class Priorities(OpenPart):
             raise
         finally:
             w[W_SEQ] = (int(w[W_SEQ]) | 1) + 1  # even again, and never seen before
+
+    def stored(self, raw: np.ndarray) -> np.ndarray:
+        """``(raw + epsilon) ** alpha``, each value checked to be one the store can keep: a
+        normal float64 of at most ``P_LIMIT / max_size`` (so no sum of the tree overflows,
+        and no ``p_i / min p`` of a weight divides by a subnormal), or 0 where ``raw +
+        epsilon`` is 0 (never a positive priority that underflowed), else
+        ``InvalidPriorityError``."""
+        with np.errstate(over="ignore", under="ignore", invalid="ignore"):
+            p = (raw + self.epsilon) ** self.alpha
+        if _smallest(p) >= P_TINY and _largest(p) <= self.p_max:  # the usual batch: two reductions
+            return p
+        with np.errstate(invalid="ignore"):
+            bad = ~((p >= P_TINY) & (p <= self.p_max) | (p == 0) & (raw + self.epsilon == 0))
+        if not bad.any():
+            return p
+        i = int(np.flatnonzero(bad)[0])
+        fix = ("pass smaller priorities (e.g. clip the |TD error|) or create the store with a smaller alpha"
+               if not p[i] < P_TINY else "pass 0 or larger priorities, or create the store with a smaller alpha "
+               "or a larger epsilon")
+        raise InvalidPriorityError(
+            f"priority {float(raw[i])!r} would be stored as ({float(raw[i])!r} + epsilon {self.epsilon!r}) ** alpha "
+            f"{self.alpha!r} = {float(p[i])!r}, outside what the store keeps ({P_TINY:.3g} to {self.p_max:.3g} "
+            f"for {self.max_size} slots, or 0 from 0, so that the sum tree and the weights stay finite); {fix}; "
+            "nothing was written")
 
     def checkpoint(self, generation: int, seen: int, base: int) -> None:
         """Snapshot of generation ``generation`` into slot ``generation % 2``: the dirty
