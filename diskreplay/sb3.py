@@ -13,13 +13,13 @@ jump ring (``parts/jumps.py``) keeps them. A ``<path>.finals`` side store that e
 versions kept beside the store is ignored: never opened, read nor removed (README.md,
 "Integrations").
 Pickling (``model.save_replay_buffer``) flushes the store and writes only its path and
-position; unpickling reopens it. Importing this module imports stable_baselines3 and torch.
+position; unpickling reopens it, so in the process that saved it the buffer holding the
+store must be closed first (one writer per store, in a process as across processes). Importing this module imports stable_baselines3 and torch.
 """
 from __future__ import annotations
 
 import os
 import warnings
-import weakref
 
 import numpy as np
 from stable_baselines3.common.buffers import ReplayBuffer
@@ -27,14 +27,10 @@ from stable_baselines3.common.preprocessing import get_action_dim, get_obs_shape
 from stable_baselines3.common.type_aliases import ReplayBufferSamples
 from stable_baselines3.common.utils import get_device
 
-from .envspaces import check_holdable, check_store, open_or_create
-from .errors import InvalidArgumentError, SchemaMismatchError
+from .envspaces import check_holdable, open_or_create
+from .errors import InvalidArgumentError, SchemaMismatchError, StoreLockedError
+from .format.lock import held_here
 from .store import DiskReplay
-
-# Stores open in this process, by directory: a buffer unpickled (load_replay_buffer) while the
-# one that saved it is still alive shares its store instead of meeting the writer's lock.
-_OPEN: "weakref.WeakValueDictionary[str, DiskReplay]" = weakref.WeakValueDictionary()
-
 
 def _expected_fields(observation_space, action_space) -> dict:
     """The store's fields in SB3's layout: observations as ``get_obs_shape`` gives them, actions
@@ -50,19 +46,21 @@ def _expected_fields(observation_space, action_space) -> dict:
 
 
 def _open_or_create(path: str, max_size: int, n_envs: int, fields: dict, backend: str, seed, flush_every):
-    """The store at ``path`` (resumed) or a new one, checked against the spaces; shared with
-    the buffers of this process that already hold it open."""
-    key = os.path.realpath(path)
-    store = _OPEN.get(key)
-    if store is None or store.closed:
-        if seed is None:  # SB3's set_random_seed seeds numpy's global generator: follow it (new stores only)
-            seed = lambda: int(np.random.randint(0, 2**62))  # noqa: E731
-        store = open_or_create(path, fields, n_envs, max_size, backend=backend, seed=seed,
-                               flush_every=flush_every, asker="the buffer")
-        _OPEN[key] = store
-    else:
-        check_store(store, fields, n_envs, max_size, asker="the buffer")
-    return store
+    """The store at ``path`` (resumed) or a new one, checked against the spaces. One buffer
+    owns a store: another buffer of this process holding it is refused, as one in another
+    process is (``StoreLockedError``)."""
+    if seed is None:  # SB3's set_random_seed seeds numpy's global generator: follow it (new stores only)
+        seed = lambda: int(np.random.randint(0, 2**62))  # noqa: E731
+    try:
+        return open_or_create(path, fields, n_envs, max_size, backend=backend, seed=seed,
+                              flush_every=flush_every, asker="the buffer")
+    except StoreLockedError as exc:
+        if not held_here(str(path)):
+            raise
+        raise StoreLockedError(
+            exc.errno, f"{exc.strerror}. Another DiskReplayBuffer of this process holds {path}: before "
+            "model.load_replay_buffer(...) close the model's buffer (model.replay_buffer.close()), or give "
+            "this buffer its own path") from None
 
 
 class DiskReplayBuffer(ReplayBuffer):

@@ -11,27 +11,61 @@ from ..disk.fsutil import close_fd, io_error
 LOCK_FILE = "lock"
 
 
+# The lock files this process holds, by (device, inode), with the pid that took each: a
+# second writer of the same store in this process is refused as one in another process
+# would be (the flock of a second descriptor fails too; this names the holder).
+_HELD: dict[tuple[int, int], int] = {}
+
+
 class WriterLock:
+    """The store's one writer: an exclusive flock on ``lock``, per process and per object
+    (a second ``mode="r+"`` open of the same store in this process is refused too)."""
+
     def __init__(self, directory: str):
         self.path = os.path.join(directory, LOCK_FILE)
+        self.key = None
         try:
             self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            st = os.fstat(self.fd)
         except OSError as exc:
             raise io_error(f"opening the lock file {self.path}", exc) from exc
+        key = (st.st_dev, st.st_ino)
         try:
             fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as exc:
             os.close(self.fd)
             self.fd = -1
             if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
+                if _HELD.get(key) == os.getpid():
+                    raise StoreLockedError(
+                        exc.errno,
+                        f"{os.path.dirname(self.path)} is already open for writing in this process (by another "
+                        "DiskReplay object, e.g. another buffer or storage with the same path); close that one "
+                        "first, use it instead, or open with mode='r' to read alongside it") from None
                 raise StoreLockedError(
                     exc.errno,
                     f"{os.path.dirname(self.path)} is open for writing by another process; "
                     "close it there, or open with mode='r' to read alongside it") from None
             raise io_error(f"locking {self.path}", exc) from exc
+        self.key, self.pid = key, os.getpid()
+        _HELD[key] = self.pid
 
     def release(self) -> None:
-        self.fd = close_fd(self.fd)  # closing the descriptor drops the flock
+        """Drop the lock: closing the descriptor drops the flock (in a forked child, which
+        shares the parent's, closing its copy leaves the parent's lock held)."""
+        if self.key is not None and _HELD.get(self.key) == self.pid == os.getpid():
+            del _HELD[self.key]
+        self.key = None
+        self.fd = close_fd(self.fd)
+
+
+def held_here(directory: str) -> bool:
+    """Whether a writer of this process holds the store at ``directory``."""
+    try:
+        st = os.stat(os.path.join(directory, LOCK_FILE))
+    except OSError:
+        return False
+    return _HELD.get((st.st_dev, st.st_ino)) == os.getpid()
 
 
 def writer_alive(directory: str) -> bool:

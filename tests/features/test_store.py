@@ -633,3 +633,23 @@ def test_prefetched_batches_equal_direct_sampling(tmp_path, backend):
     it.close()
     assert buf.seen_size == 43
     buf.close()
+
+
+def test_a_second_writer_in_the_same_process_is_refused_and_the_first_goes_on(tmp_path, backend):
+    """Issue 35 item 8: one writer per store within a process, as across processes; the
+    message says the holder is in this process."""
+    from diskreplay import StoreLockedError
+    path = tmp_path / "s"
+    first = DiskReplay.create(path, 16, backend=backend)
+    first.add(np.zeros(2, np.float32), 0, 0.0, np.ones(2, np.float32), False)
+    for attempt in (lambda: DiskReplay.open(path, mode="r+"),
+                    lambda: DiskReplay.create(path, 16, backend=backend, overwrite=True)):
+        with pytest.raises(StoreLockedError, match="already open for writing in this process"):
+            attempt()
+    first.add(np.ones(2, np.float32), 1, 1.0, np.ones(2, np.float32), False)
+    with DiskReplay.open(path, mode="r") as reader:  # readers are welcome beside it
+        assert reader.seen_size == 2
+    first.close()
+    with DiskReplay.open(path, mode="r+") as again:
+        assert again.seen_size == 2
+        np.testing.assert_array_equal(again.get([1])["actions"], [1])

@@ -17,7 +17,7 @@ from stable_baselines3.common.buffers import ReplayBuffer
 from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.vec_env import VecNormalize
 
-from diskreplay import DiskReplay, EnvProtocolError, InvalidArgumentError, NotAStoreError, SchemaMismatchError, StoreMismatchError
+from diskreplay import DiskReplay, EnvProtocolError, InvalidArgumentError, NotAStoreError, SchemaMismatchError, StoreLockedError, StoreMismatchError
 from diskreplay.sb3 import DiskReplayBuffer
 from old_finals import contents as old_finals_contents, write_old_finals
 
@@ -118,9 +118,11 @@ def test_save_and_load_replay_buffer_write_a_reference_not_a_copy(tmp_path):
     pkl = tmp_path / "buffer.pkl"
     model.save_replay_buffer(pkl)
     assert os.path.getsize(pkl) < 4096  # 2000 transitions of 4 float32 states would be ~70 KB
-    # In the same process the loaded buffer shares the open store.
-    model.load_replay_buffer(pkl)
-    assert model.replay_buffer.store.seen_size == 2000
+    # One writer per store in a process too (issue 35 item 8): loading while the model's
+    # buffer holds the store is refused, saying what to do, and changes nothing.
+    with pytest.raises(StoreLockedError, match="model.replay_buffer.close()"):
+        model.load_replay_buffer(pkl)
+    assert model.replay_buffer.store.seen_size == 2000 and not model.replay_buffer.store.closed
     # After the store is closed (as after a crash), loading reopens it.
     model.replay_buffer.close()
     model.load_replay_buffer(pkl)
@@ -295,3 +297,22 @@ def test_importing_diskreplay_does_not_import_sb3_or_torch():
     code = "import sys, diskreplay; print(sorted(m for m in ('torch', 'stable_baselines3', 'gymnasium') if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_two_buffers_of_one_path_in_one_process_are_refused_as_across_processes(tmp_path):
+    """Issue 35 item 8: two models built with the same buffer path used to share one live
+    store (each saw the other's transitions; closing one closed the other's)."""
+    env = gym.make("CartPole-v1")
+    first = DiskReplayBuffer(100, env.observation_space, env.action_space, device="cpu", path=tmp_path / "b")
+    with pytest.raises(StoreLockedError, match="this process"):
+        DiskReplayBuffer(100, env.observation_space, env.action_space, device="cpu", path=tmp_path / "b")
+    with pytest.raises(StoreLockedError, match="this process"):
+        DQN("MlpPolicy", short_cartpole(1), buffer_size=100, device="cpu",
+            replay_buffer_class=DiskReplayBuffer, replay_buffer_kwargs={"path": tmp_path / "b"})
+    obs = np.zeros((1, 4), np.float32)
+    first.add(obs, obs + 1, np.array([0]), np.array([1.0]), np.array([False]), [{}])
+    assert first.size() == 1 and not first.store.closed
+    first.close()
+    again = DiskReplayBuffer(100, env.observation_space, env.action_space, device="cpu", path=tmp_path / "b")
+    assert again.size() == 1
+    again.close()

@@ -224,3 +224,18 @@ def test_bad_input_is_refused_and_leaves_the_store_as_it_was(tmp_path):
     assert len(rb) == 10 and rb.storage.store.seen_size == 10
     assert_same(rb.storage.get(list(range(10))), data[:10])
     rb.storage.close()
+
+
+def test_two_storages_of_one_path_in_one_process_are_refused(tmp_path):
+    """Issue 35 item 8: a second DiskReplayStorage of the same path in this process meets
+    the writer lock as it would in another process; the first goes on."""
+    from diskreplay import StoreLockedError
+    path = tmp_path / "rb.replay"
+    rb = ReplayBuffer(storage=DiskReplayStorage(path, 50), sampler=RandomSampler(), batch_size=8)
+    rb.extend(transitions(0, 10, {4}))
+    with pytest.raises(StoreLockedError, match="this process"):
+        ReplayBuffer(storage=DiskReplayStorage(path, 50), sampler=RandomSampler(), batch_size=8).extend(
+            transitions(10, 12, set()))
+    rb.extend(transitions(10, 20, {11}))
+    assert_same(rb.storage.get(list(range(20))), transitions(0, 20, {4, 11}))
+    rb.storage.close()
