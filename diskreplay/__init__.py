@@ -20,7 +20,8 @@ per folder, each importing only the floors beneath it:
 - ``session/``: an open store (writer, flushes, fast adds, reader, convert);
 - ``native/``: the C kernels, the one ``DISKREPLAY_PURE=1`` switch.
 """
-from .errors import (CorruptStoreError, DiskReplayError, EmptyStoreError, EnvProtocolError, IncompleteStoreError,
+from .errors import (CorruptStoreError, DiskReplayError, EmptyStoreError, EnvProtocolError, ForkedStoreError,
+                     IncompleteStoreError,
                      IndexOutOfRangeError, InsufficientSpaceError, InterfaceMismatchError,
                      InvalidArgumentError, InvalidPriorityError, MemorySpecError, MissingDependencyError,
                      NotAStoreError, NotPrioritizedError, NStepTooLargeError, OutputExistsError, OvertakenError,
@@ -34,6 +35,7 @@ from .store import FORMAT_VERSION, DiskReplay
 __version__ = "0.1.0"
 
 __all__ = ["DiskReplay", "FORMAT_VERSION", "CorruptStoreError", "DiskReplayError", "EmptyStoreError", "EnvProtocolError",
+    "ForkedStoreError",
     "IncompleteStoreError", "IndexOutOfRangeError", "InsufficientSpaceError", "InterfaceMismatchError",
     "InvalidArgumentError", "InvalidPriorityError", "MemorySpecError", "MissingDependencyError", "NotAStoreError",
     "NotPrioritizedError",

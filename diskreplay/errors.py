@@ -47,7 +47,10 @@ class UnsupportedFormatError(DiskReplayError):
 
 
 class StoreLockedError(DiskReplayError, BlockingIOError):
-    """Another live process holds the store open for writing."""
+    """Another live process holds the store open for writing (or another object of this
+    process does: then ``in_this_process`` is True)."""
+
+    in_this_process = False
 
 
 class ReadOnlyError(DiskReplayError, PermissionError):
@@ -76,6 +79,12 @@ class StoreIOError(DiskReplayError, OSError):
 
 class StoreClosedError(DiskReplayError):
     """The store was used after ``close()``."""
+
+
+class ForkedStoreError(DiskReplayError, RuntimeError):
+    """A store opened for writing was used in a forked child process: only the process that
+    opened it writes or reads through it. The child may ``close()`` it (which releases
+    only the child's copies) and open the store with ``mode="r"`` to read it."""
 
 
 class ReentrantCallError(DiskReplayError, RuntimeError):

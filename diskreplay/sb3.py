@@ -29,8 +29,8 @@ from stable_baselines3.common.utils import get_device
 
 from .envspaces import check_holdable, open_or_create
 from .errors import InvalidArgumentError, SchemaMismatchError, StoreLockedError
-from .format.lock import held_here
 from .store import DiskReplay
+
 
 def _expected_fields(observation_space, action_space) -> dict:
     """The store's fields in SB3's layout: observations as ``get_obs_shape`` gives them, actions
@@ -55,7 +55,7 @@ def _open_or_create(path: str, max_size: int, n_envs: int, fields: dict, backend
         return open_or_create(path, fields, n_envs, max_size, backend=backend, seed=seed,
                               flush_every=flush_every, asker="the buffer")
     except StoreLockedError as exc:
-        if not held_here(str(path)):
+        if not exc.in_this_process:
             raise
         raise StoreLockedError(
             exc.errno, f"{exc.strerror}. Another DiskReplayBuffer of this process holds {path}: before "

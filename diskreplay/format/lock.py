@@ -37,11 +37,13 @@ class WriterLock:
             self.fd = -1
             if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
                 if _HELD.get(key) == os.getpid():
-                    raise StoreLockedError(
+                    err = StoreLockedError(
                         exc.errno,
                         f"{os.path.dirname(self.path)} is already open for writing in this process (by another "
                         "DiskReplay object, e.g. another buffer or storage with the same path); close that one "
-                        "first, use it instead, or open with mode='r' to read alongside it") from None
+                        "first, use it instead, or open with mode='r' to read alongside it")
+                    err.in_this_process = True  # adapters say which of their objects to close
+                    raise err from None
                 raise StoreLockedError(
                     exc.errno,
                     f"{os.path.dirname(self.path)} is open for writing by another process; "
@@ -57,15 +59,6 @@ class WriterLock:
             del _HELD[self.key]
         self.key = None
         self.fd = close_fd(self.fd)
-
-
-def held_here(directory: str) -> bool:
-    """Whether a writer of this process holds the store at ``directory``."""
-    try:
-        st = os.stat(os.path.join(directory, LOCK_FILE))
-    except OSError:
-        return False
-    return _HELD.get((st.st_dev, st.st_ino)) == os.getpid()
 
 
 def writer_alive(directory: str) -> bool:

@@ -50,6 +50,7 @@ class Session:
         # adding, a learner sampling, a ``batches()`` thread) never see each other's
         # half-done steps. Reentrant: a signal handler may close() inside an add.
         self.mutex = threading.RLock()
+        self.pid = os.getpid()  # the process that opened it (a forked child is another: _in_child)
         self.path = path
         self.directory = os.path.abspath(path)
         self.closed = True
@@ -134,6 +135,12 @@ class Session:
     def _check_open(self) -> None:
         if self.closed:
             raise StoreClosedError(f"{self.path} is closed")
+        if self.pid != os.getpid():
+            self._in_child()
+
+    def _in_child(self) -> None:
+        """Used in a forked child of the process that opened it (the writer refuses, a
+        reader reopens its files)."""
 
     def _enter_read(self) -> None:
         """Start a read (under the mutex): the store must be open (and, for the writer, not

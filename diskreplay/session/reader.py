@@ -15,6 +15,7 @@ in ``_read`` (FORMAT.md, "Memory ordering").
 """
 from __future__ import annotations
 
+import os
 import time
 
 import numpy as np
@@ -47,6 +48,22 @@ class Reader(Session):
         self.refresh()
         self._check_clean_record()
         self._new_sampler(self.draws)
+
+    def _in_child(self) -> None:
+        """A reader inherited by a forked child (a DataLoader worker, a pool process) maps
+        the store afresh there, on its first use: nothing of the parent's mappings, file
+        descriptors or threads is relied on. Its sampler goes on from where it was."""
+        self.pid = os.getpid()
+        for res in (self.gatherer, self.data, self.counters):
+            if res is not None:
+                res.close()  # the child's copies only (a reader writes nothing)
+        self.gatherer = self.data = self.counters = self.rows = None
+        self.counters = Counters(self.directory, False)
+        self._view_record = self._dead_view = None
+        self._alive, self._alive_at = False, -1.0
+        if self.fields is not None:
+            self._map_data()
+        self.refresh()
 
     # ------------------------------------------------------------------ snapshots
     def refresh(self) -> None:

@@ -38,6 +38,7 @@ from ..format.counters import (W_CHECK, W_CLEAN, W_DRAWS, W_INTENT, W_KEY, W_PID
 from ..format.description import JUMPS_VERSION, new_description, read_description, write_description
 from ..errors import (DiskReplayError, ReadOnlyError, ReentrantCallError, SchemaMismatchError, StoreClosedError,
                      StoreIOError)
+from . import forks
 from .fastadd import fast_add, fast_stack_add, fast_stack_vector_add, fast_vector_add
 from .flushing import Flusher, initial_checkpoint
 from ..parts.stacks.ring import frame_spec
@@ -147,6 +148,7 @@ class Writer(Session):
         self.key = int(self.words[W_KEY])
         self.flusher.set_flush_limit()
         self.live = True
+        forks.watch(self)
 
     def _upgrade(self) -> None:
         """A format 1 store becomes format 2: the files of each part that format brought
@@ -167,6 +169,8 @@ class Writer(Session):
         self._read_description()
 
     def state(self) -> ring.RingState:
+        if self.pid != os.getpid():  # its counters are the parent's, moving on without it
+            raise self._forked("read")
         return ring.RingState(self.seen, self.base, self.sampler.draws, self.resets)
 
     # ------------------------------------------------------------------ adding
@@ -451,8 +455,16 @@ class Writer(Session):
     def refusal(self, what: str) -> DiskReplayError:
         if self.closed:
             return StoreClosedError(f"cannot {what}: {self.path} is closed")
+        if self.pid != os.getpid():
+            return self._forked(what)
         return StoreIOError(f"cannot {what}: an earlier sync of {self.path} failed ({self.failed}); "
                             "the store refuses writes until it is reopened")
+
+    def _forked(self, what: str) -> DiskReplayError:
+        return forks.forked(self.path, self.pid, what)
+
+    def _in_child(self) -> None:
+        raise self._forked("read")
 
     def _before_close(self) -> None:
         if self.live:
@@ -464,7 +476,9 @@ class Writer(Session):
 
     def _release(self) -> None:
         self.live = False  # held references to the fast add must not store into the files
-        self.flusher.stop()  # no early work job touches the files once they close
+        if self.pid == os.getpid():
+            self.flusher.stop()  # no early work job touches the files once they close
+        # (a forked child has no early work thread: its copy of the flusher is dropped)
         # An add interrupted by a signal handler that closed the store resumes after the
         # handler returns: read-only views make its remaining stores raise, not write.
         held = list(getattr(self, "arrays", [])) + list(getattr(self, "views", {}).values())
