@@ -291,7 +291,8 @@ def closed_pipe() -> None:
     sys.exit(128 + signal.SIGPIPE)
 
 
-TEMP_NAME = re.compile(r"^(?P<path>.+?)\.tmp-\d+(\.\w+)?$")  # fsutil.atomic_replace's staging names
+# fsutil.atomic_replace's staging names (``.<name>.<pid>.<hex>.tmp``; HDF5 may add a suffix)
+TEMP_NAME = re.compile(r"^\.(?P<path>.+)\.\d+\.[0-9a-f]{16}\.tmp(\.\w+)?$")
 HDF5_OPEN = re.compile(r"name = '(?P<name>[^']*)', errno = (?P<errno>\d+)")
 HDF5_CALL = re.compile(r"Unable to (synchronously )?[a-z ]+? \((?P<why>[^()]*)\)")  # the HDF5 call, not its reason
 HDF5_WRAPPER = re.compile(r"^Unable to (synchronously )?(?P<what>[\w ]+?) \((?P<why>.*)\)$")
@@ -303,10 +304,7 @@ def user_path(path) -> str:
     head, name = os.path.split(text)
     m = TEMP_NAME.match(name)
     if m:
-        name = m.group("path")
-        if name.startswith(".") and head:  # a hidden staging directory (Minari)
-            name = name[1:]
-        return os.path.join(head, name)
+        return os.path.join(head, m.group("path"))
     return text
 
 

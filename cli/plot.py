@@ -11,6 +11,7 @@ import click
 import numpy as np
 
 from diskreplay import DiskReplay
+from diskreplay.export import atomic_replace
 from diskreplay.stats import compute_stats, histograms
 
 INSTALL_HINT = ("plot needs matplotlib, which is not installed; install it with "
@@ -90,6 +91,9 @@ def plot_store(buf: DiskReplay, out: str, plt, *, fmt: str = "png", start: int |
         hax.bar(edges[:-1], counts, width=np.diff(edges), align="edge")
         hax.set_title(name)
     fig.tight_layout()
-    fig.savefig(out, format=fmt)
-    plt.close(fig)
+    try:
+        with atomic_replace(out) as tmp:  # a new file renamed into place: never a partial or followed OUT
+            fig.savefig(tmp, format=fmt)
+    finally:
+        plt.close(fig)
     return {"episodes": len(returns), "histograms": names, "skipped_overwritten": stats["skipped_overwritten"]}

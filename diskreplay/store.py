@@ -377,11 +377,13 @@ class DiskReplay:
         if self.closed:
             return
         try:
+            # No background sample() while flushing and unmapping. From a signal handler in
+            # any operation of this thread (an add, update_priorities, a sample) the prefetch
+            # thread may be waiting for the mutex this thread holds: stop it without waiting
+            # (it then finds the store closed). RLock._is_owned: the lock's own answer.
+            wait = not self._session.mutex._is_owned()
             for prefetcher in list(self._prefetchers):
-                # No background sample() while flushing and unmapping. From a signal handler
-                # inside an add the thread may be waiting for the mutex this thread holds:
-                # stop it without waiting (it then finds the store closed).
-                prefetcher.close(wait=self._session.busy is None)
+                prefetcher.close(wait=wait)
         finally:
             self.__dict__.pop("add", None)
             self._session.close()  # releases everything even when its flush fails

@@ -104,8 +104,15 @@ class Prefetcher:
 
     def close(self, wait: bool = True) -> None:
         """Stop the producer thread and wait for it (it finishes a ``sample_fn`` call in
-        progress first; ``wait=False`` only tells it to stop). Idempotent."""
+        progress first; ``wait=False`` only tells it to stop, as does a call from a signal
+        handler that interrupted ``next()``). Idempotent."""
         self._stop.set()
+        if self._queue.mutex.locked():
+            # The queue's own lock is held: by the producer for a moment, or by this thread,
+            # cut short in next() by a signal handler that closes the store. Then neither a
+            # join nor taking the lock would ever end; the stop flag is enough (the producer
+            # stops at its next check, and what it prepared goes with the iterator).
+            return
         if wait and self._thread is not threading.current_thread():
             self._thread.join()
         while True:  # drop prepared batches now, not when the iterator is collected

@@ -6,6 +6,9 @@ import ctypes
 import ctypes.util
 import errno
 import os
+import re
+import secrets
+import shutil
 
 from ..errors import InsufficientSpaceError, StoreIOError, StorePermissionError
 
@@ -21,35 +24,149 @@ def fsync_dir(path: str) -> None:
         os.close(fd)
 
 
-@contextlib.contextmanager
-def atomic_replace(path: str):
-    """Yield a temporary path beside ``path`` for the block to write a new file at.
+# Temporary outputs: ``.<name>.<pid>.<16 hex>.tmp`` beside the output, hidden, unguessable,
+# naming the process that writes it (a later writer of the same output removes those of
+# processes that died: ``sweep_temps``).
+TEMP_NAME = re.compile(r"^\.(?P<name>.+)\.(?P<pid>\d+)\.[0-9a-f]{16}\.tmp$")
 
-    When the block ends normally the new file is synced and renamed over ``path``, so a
-    crash leaves the old or the new file, whole; when it raises, the new file is removed.
-    """
-    tmp = f"{path}.tmp-{os.getpid()}"
+
+def temp_name(path: str) -> str:
+    """A fresh temporary name beside ``path`` (see ``TEMP_NAME``); nothing is created."""
+    directory, name = os.path.split(os.path.abspath(path))
+    return os.path.join(directory, f".{name}.{os.getpid()}.{secrets.token_hex(8)}.tmp")
+
+
+def create_temp(tmp: str, directory: bool = False) -> None:
+    """Create ``tmp`` new (``O_CREAT | O_EXCL | O_NOFOLLOW``, or ``mkdir``): a symlink or any
+    file planted there makes it fail instead of being followed; the permissions are those
+    of a plain new file (``0o666``, or ``0o777``, less the umask)."""
+    if directory:
+        os.mkdir(tmp, 0o777)
+        return
+    os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666))
+
+
+def discard(tmp: str | None) -> None:
+    """Remove a temporary file or directory of ours, if it is there (never following a symlink)."""
+    if tmp is None:
+        return
     try:
+        if os.path.isdir(tmp) and not os.path.islink(tmp):
+            shutil.rmtree(tmp, ignore_errors=True)
+        else:
+            os.unlink(tmp)
+    except OSError:
+        pass
+
+
+def sweep_temps(path: str) -> None:
+    """Remove the temporary outputs of ``path`` that processes which died left (``kill -9``
+    mid-export); those of live processes, this one included, stay."""
+    directory, name = os.path.split(os.path.abspath(path))
+    try:
+        entries = os.listdir(directory)
+    except OSError:
+        return
+    for entry in entries:
+        m = TEMP_NAME.match(entry)
+        if m and m.group("name") == name and not _alive(int(m.group("pid"))):
+            discard(os.path.join(directory, entry))
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True  # another user's
+    return True
+
+
+@contextlib.contextmanager
+def atomic_replace(path: str, directory: bool = False):
+    """Yield a new temporary file (or, with ``directory``, a directory) beside ``path`` for
+    the block to write the new output in (``create_temp``: never a planted symlink).
+
+    When the block ends normally it is synced and renamed over ``path`` (which, if it is a
+    symlink, is replaced itself: its target is never written), so a crash leaves the old or
+    the new output, whole; when it raises, it is removed. The name is set before the file
+    exists, inside the ``try``, so that an interruption at any line leaves nothing behind
+    (a ``try:`` line of its own would be outside the handler)."""
+    sweep_temps(path)
+    tmp = None
+    try:
+        for _ in range(100):
+            tmp = temp_name(path)
+            try:
+                create_temp(tmp, directory)
+                break
+            except FileExistsError:  # planted (the names are not guessable): never ours to remove
+                tmp = None
+        else:
+            raise FileExistsError(errno.EEXIST, "100 temporary names in a row exist", path)
         yield tmp
-        fd = os.open(tmp, os.O_RDONLY)
+        _commit(tmp, path, directory)
+    except BaseException:
+        discard(tmp)
+        raise
+
+
+def _commit(tmp: str, path: str, directory: bool) -> None:
+    if directory:
+        fsync_dir(tmp)
+        if os.path.isdir(path) and not os.path.islink(path) and os.listdir(path):
+            # An old output to replace (the caller checked it may): swapped with the new one in
+            # one step where the filesystem can, so that no instant has neither; then removed.
+            if not exchange(tmp, path):
+                old = temp_name(path)
+                os.rename(path, old)
+                os.rename(tmp, path)
+                tmp = old
+            discard(tmp)
+        else:
+            os.replace(tmp, path)  # over nothing, an empty directory or a symlink (replaced itself)
+    else:
+        fd = os.open(tmp, os.O_RDONLY | os.O_NOFOLLOW)
         try:
             os.fsync(fd)
         finally:
             os.close(fd)
         os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
     fsync_dir(os.path.dirname(os.path.abspath(path)))
+
+
+def _renameat2():
+    try:
+        fn = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True).renameat2
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes = (ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint)
+    fn.restype = ctypes.c_int
+    return fn
+
+
+_RENAMEAT2 = _renameat2()
+_AT_FDCWD, _RENAME_EXCHANGE = -100, 2
+
+
+def exchange(a: str, b: str) -> bool:
+    """Swap the paths ``a`` and ``b`` atomically (``renameat2(RENAME_EXCHANGE)``); False where
+    the C library or the filesystem cannot (nothing moved then)."""
+    if _RENAMEAT2 is None:
+        return False
+    if _RENAMEAT2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.EINVAL, errno.ENOSYS, errno.ENOTSUP, errno.EOPNOTSUPP):
+        return False
+    raise OSError(err, os.strerror(err), b)
 
 
 def atomic_write(path: str, data: bytes) -> None:
     """Replace ``path`` by ``data`` so that a crash leaves the old or the new file, whole."""
     with atomic_replace(path) as tmp:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        fd = os.open(tmp, os.O_WRONLY | os.O_TRUNC | os.O_NOFOLLOW)
         try:
             view = memoryview(data)
             while view:

@@ -77,7 +77,7 @@ class MappedFile:
         if offset + nbytes > self.size:
             raise CorruptStoreError(
                 f"{self.path} is {self.size} bytes, expected at least {offset + nbytes}")
-        arr = np.ndarray(shape, dtype, buffer=self.mm, offset=offset)
+        arr = exported_view(self.mm, offset, shape, dtype)
         if not self.writable:
             arr.flags.writeable = False
         return arr
@@ -106,7 +106,7 @@ class MappedFile:
 
     def gather_array(self, offset: int, shape: tuple, dtype: np.dtype) -> np.ndarray:
         """A read-only ndarray view of the gather mapping (``open_for_gathers`` first)."""
-        arr = np.ndarray(shape, dtype, buffer=self.rmm, offset=offset)
+        arr = exported_view(self.rmm, offset, shape, dtype)
         arr.flags.writeable = False
         return arr
 
@@ -143,6 +143,18 @@ class MappedFile:
         self.read_fd = close_fd(self.read_fd)
 
 
+def exported_view(mm: mmap.mmap, offset: int, shape: tuple, dtype) -> np.ndarray:
+    """An ndarray of ``mm``'s bytes from ``offset`` that holds a buffer export of the
+    mapping (``np.frombuffer``): while any such array (or a view of one) lives, ``close()``
+    of the mapping leaves it mapped (``BufferError``), and it is unmapped when the last
+    array goes. ``np.ndarray(buffer=mm)`` would not: a close from a signal handler in the
+    middle of an operation would leave that operation's arrays over unmapped memory, and
+    its next access would be a segfault."""
+    dtype = np.dtype(dtype)
+    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    return np.frombuffer(mm, np.uint8, nbytes, offset).view(dtype).reshape(shape)
+
+
 class PinnedRange:
     """Bytes ``[offset, offset + length)`` of an open file kept in RAM: read in with one
     read-ahead hint, mapped shared and read-only, and locked (``mlock``) where the limits
@@ -165,7 +177,7 @@ class PinnedRange:
 
     def array(self, offset: int, shape: tuple, dtype) -> np.ndarray:
         """A read-only ndarray view of the range from ``offset`` bytes into it."""
-        arr = np.ndarray(shape, dtype, buffer=self.mm, offset=self.base + offset)
+        arr = exported_view(self.mm, self.base + offset, shape, dtype)
         arr.flags.writeable = False
         return arr
 

@@ -161,4 +161,4 @@ def _row_chunks(shape: tuple, dtype: np.dtype, total: int) -> tuple:
     return (max(1, min(total, CHUNK_BYTES // max(1, row))),) + tuple(shape)
 
 
-__all__ = ["FORMATS", "check_output_path", "export_store", "format_for"]
+__all__ = ["FORMATS", "atomic_replace", "check_output_path", "export_store", "format_for"]

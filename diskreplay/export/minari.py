@@ -23,7 +23,6 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import shutil
 import warnings
 from typing import Callable
 
@@ -31,6 +30,7 @@ import numpy as np
 
 from ..episodereader import EpisodeReader
 from ..core.episodes import TRUNCATION_FIELD
+from ..disk.fsutil import create_temp, discard, sweep_temps, temp_name
 from ..errors import InvalidArgumentError, MissingDependencyError, OutputExistsError
 
 DATASET_ID = re.compile(r"[-_A-Za-z0-9]+-v[0-9]+")
@@ -79,9 +79,11 @@ def export_minari(buf, root, *, start: int | None = None, stop: int | None = Non
     minari = load_minari()
     obs_space, action_space = _space(buf, "states"), _space(buf, "actions")
     os.makedirs(root, exist_ok=True)
-    staging = os.path.join(root, f".{dataset_id}.tmp-{os.getpid()}")
-    shutil.rmtree(staging, ignore_errors=True)
-    try:
+    sweep_temps(final)
+    staging = None
+    try:  # the staging directory: a new one (never a planted path), named inside the try (fsutil)
+        staging = temp_name(final)
+        create_temp(staging, directory=True)
         with _datasets_path(staging), warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)  # metadata minari recommends (author, code) we cannot know
             dataset = minari.create_dataset_from_buffers(
@@ -92,7 +94,7 @@ def export_minari(buf, root, *, start: int | None = None, stop: int | None = Non
             counts = _write_episodes(minari, dataset, reader, include_incomplete)
         _move_into_place(os.path.join(staging, dataset_id), final)
     finally:
-        shutil.rmtree(staging, ignore_errors=True)
+        discard(staging)
     return {**counts, "skipped_overwritten": reader.skipped, "format": "minari", "dataset_id": dataset_id,
             "path": final}
 
@@ -169,11 +171,10 @@ def _move_into_place(new: str, final: str) -> None:
     """Rename ``new`` to ``final``; an existing ``final`` is moved aside first and removed after."""
     old = None
     if os.path.lexists(final):
-        old = f"{final}.old-{os.getpid()}"
-        os.rename(final, old)
+        old = temp_name(final)
+        os.rename(final, old)  # a symlink at final is moved itself, never followed
     os.rename(new, final)
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
+    discard(old)
 
 
 __all__ = ["default_dataset_id", "export_minari", "load_minari"]

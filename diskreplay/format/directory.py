@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import shutil
 
-from ..disk.fsutil import fsync_dir, io_error
+from ..disk.fsutil import TEMP_NAME, fsync_dir, io_error
 from ..errors import IncompleteStoreError, InvalidArgumentError, NotAStoreError, StoreExistsError, StoreNotFoundError
 from .checkpoint import CHECKPOINT_FILE
 from .counters import COUNTERS_FILE
@@ -83,7 +83,8 @@ def check_path(path, what: str) -> str:
 
 
 def _is_own_file(name: str, extra: tuple = ()) -> bool:
-    return name in FIXED_FILES or name in extra or name.endswith(DATA_SUFFIXES) or ".tmp-" in name
+    return (name in FIXED_FILES or name in extra or name.endswith(DATA_SUFFIXES) or ".tmp-" in name  # (older temps)
+            or TEMP_NAME.match(name) is not None)
 
 
 def own_files(directory: str, extra: tuple = ()) -> bool:

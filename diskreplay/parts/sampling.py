@@ -67,13 +67,11 @@ class PrioritizedSampler(Sampler):
         super().__init__(stream)
         self.priorities = priorities
         self.current = current
+        self.update = priorities.update  # the bound method itself: one call less per update
 
     def draw(self, size, batch_size, use_cer, head, beta):
         self.current()
         return self.priorities.draw(self.stream, size, batch_size, use_cer, head, beta)
-
-    def update(self, idxs, raw, seen, base):
-        self.priorities.update(idxs, raw, seen, base)
 
     def keys(self, idxs):
         self.current()

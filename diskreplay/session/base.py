@@ -23,6 +23,7 @@ from ..errors import (CorruptStoreError, EmptyStoreError, IndexOutOfRangeError, 
 from ..backends.gather import Gatherer
 from ..format.directory import check_is_store
 from ..parts.stacks.ring import state_spec
+from . import forks
 from .files import DataFiles
 from ..format.lock import WriterLock
 from ..core.nstep import nstep_batch
@@ -135,7 +136,7 @@ class Session:
     def _check_open(self) -> None:
         if self.closed:
             raise StoreClosedError(f"{self.path} is closed")
-        if self.pid != os.getpid():
+        if self.pid != forks.PID:
             self._in_child()
 
     def _in_child(self) -> None:
@@ -218,7 +219,7 @@ class Session:
     def _current_priorities(self) -> None:
         """Bring the tree up to the ring state (the writer assigns pending transitions;
         ``Reader`` re-reads the writer's priorities)."""
-        self.prio.catch_up(self.seen, self.base)
+        self.data.priorities.catch_up(self.seen, self.base)
 
     def update_priorities(self, idxs, priorities) -> None:
         """Store ``(priority + epsilon) ** alpha`` for slots ``idxs`` (``prioritized.py``),

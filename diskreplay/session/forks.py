@@ -11,9 +11,14 @@ from ..errors import ForkedStoreError
 
 # The open writers of this process (weakly: a dropped writer is forgotten).
 _WRITERS: "weakref.WeakSet" = weakref.WeakSet()
+# This process's id, kept current across forks: what the sessions compare the id of their
+# opener with on every operation (os.getpid() is a system call each time).
+PID = os.getpid()
 
 
 def _after_fork_in_child() -> None:
+    global PID
+    PID = os.getpid()
     for writer in list(_WRITERS):
         writer.ws.live = False
 

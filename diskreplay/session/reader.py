@@ -195,6 +195,11 @@ class Reader(Session):
         held = ring.transition_of_slots(slots, seen, self.base, m)
         return bool((held + m <= intent).any())
 
+    def patch_overlay(self, rows: dict, slots: np.ndarray, view: VirtualView) -> None:
+        """Patch plain rows of ``slots`` (fields only) read straight from the files with the
+        undo copies of the rows a dead writer's interrupted add left half-written (convert)."""
+        self._apply_overlay(rows, slots, ring.ring_head(self.seen, self.base, self.max_size), view)
+
     def _apply_overlay(self, batch, idxs, head, view: VirtualView) -> None:
         """Patch rows whose slots were left half-written by a dead writer with their undo copies."""
         lo, hi = view.overlay

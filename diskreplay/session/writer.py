@@ -169,7 +169,7 @@ class Writer(Session):
         self._read_description()
 
     def state(self) -> ring.RingState:
-        if self.pid != os.getpid():  # its counters are the parent's, moving on without it
+        if self.pid != forks.PID:  # its counters are the parent's, moving on without it
             raise self._forked("read")
         return ring.RingState(self.seen, self.base, self.sampler.draws, self.resets)
 
@@ -276,7 +276,13 @@ class Writer(Session):
         """Finish a step an exception left in flight (``intent`` ahead of ``seen``): keep it
         if its commit completed (the check word vouches for it), else put back the rows it
         was overwriting from the undo reserve (the add then never happened). Idempotent;
-        every operation calls it first, so a torn row is never read, flushed or closed over."""
+        every operation calls it first, so a torn row is never read, flushed or closed over.
+        After a signal handler's close() under the operation (whose exit Python may drop, as in
+        a weakref callback), the error it met on the closed files becomes StoreClosedError."""
+        exc = sys.exc_info()[1] if self.closed else None
+        if exc is not None and not isinstance(exc, (KeyboardInterrupt, SystemExit, StoreClosedError)):
+            raise StoreClosedError(f"{self.path} was closed while this call ran (a signal handler's close()?); "
+                                   "whether its step was added, reopening tells (seen_size)") from exc
         words = getattr(self, "words", None)
         if words is None or self.data is None:
             return

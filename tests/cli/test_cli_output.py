@@ -188,7 +188,7 @@ def test_os_errors_name_the_users_path_and_the_reason(tmp_path, wide, args):
     assert line.startswith("Error: ") and "\n" not in line, p.stderr
     out = args[2]
     assert out in line and (line.endswith("No such file or directory") or "does not exist" in line), line
-    for leak in (".tmp-", "[Errno", "errno =", "Unable to", "Traceback"):
+    for leak in (".tmp", "[Errno", "errno =", "Unable to", "Traceback"):
         assert leak not in line, line
 
 
@@ -271,10 +271,11 @@ def test_os_error_message_unit():
     from diskreplay import StoreIOError
     from diskreplay.cli.output import os_error_message, user_path
 
-    assert user_path("/a/b/out.npz.tmp-123.parts") == "/a/b/out.npz" and user_path("/a/.ds-v0.tmp-9") == "/a/ds-v0"
+    assert user_path("/a/b/.out.npz.123.0123456789abcdef.tmp.parts") == "/a/b/out.npz"
+    assert user_path("/a/.ds-v0.9.00000000ffffffff.tmp") == "/a/ds-v0"
     assert user_path("/a/b/out.npz") == "/a/b/out.npz"
-    assert os_error_message(PermissionError(13, "Permission denied", "/x/o.h5.tmp-7")) == "/x/o.h5: Permission denied"
-    h5 = OSError("Unable to synchronously create file (unable to open file: name = '/x/o.h5.tmp-7', errno = 28, "
+    assert os_error_message(PermissionError(13, "Permission denied", "/x/.o.h5.7.0123456789abcdef.tmp")) == "/x/o.h5: Permission denied"
+    h5 = OSError("Unable to synchronously create file (unable to open file: name = '/x/.o.h5.7.0123456789abcdef.tmp', errno = 28, "
                  "error message = 'No space left on device', flags = 13, o_flags = 242)")
     assert os_error_message(h5) == "/x/o.h5: No space left on device"
     assert os_error_message(OSError("Unable to synchronously open file (truncated file)")) == "truncated file"

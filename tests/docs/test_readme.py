@@ -73,11 +73,15 @@ def declared_extras() -> set[str]:
 
 
 @pytest.fixture
-def workdir(tmp_path, monkeypatch):
+def workdir(tmp_path, monkeypatch, request):
     """A fresh directory holding the README's stores, as the examples' cwd."""
     runs = tmp_path / "runs"
     runs.mkdir()
-    (tmp_path / "tmp").mkdir()
+    # A short temporary directory of the example's own: AF_UNIX socket paths (Ray's, and
+    # multiprocessing's resource sharer, through which DataLoader workers hand tensors over)
+    # are limited to 107 bytes, too short for a directory under pytest's.
+    own_tmp = tempfile.mkdtemp(prefix="rd-")
+    request.addfinalizer(lambda: shutil.rmtree(own_tmp, ignore_errors=True))
     make_store(runs / "pong.replay")
     broken = runs / "broken.replay"
     shutil.copytree(runs / "pong.replay", broken)
@@ -86,10 +90,8 @@ def workdir(tmp_path, monkeypatch):
     states.flush()
     del states
     # TMPDIR: what an example puts in the temporary directory (the demo's store) is its own too.
-    # RAY_TMPDIR: Ray's sockets live under its temporary directory, and AF_UNIX paths are
-    # limited to 107 bytes, too short for pytest's; the Ray example keeps the usual one.
     env = dict(os.environ, PATH=f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}", COLUMNS="80",
-               TMPDIR=str(tmp_path / "tmp"), RAY_TMPDIR=tempfile.gettempdir())
+               TMPDIR=own_tmp, RAY_TMPDIR=tempfile.gettempdir())
     env.pop("PYTHONPATH", None)
     return tmp_path, env
 

@@ -68,6 +68,13 @@ def test_a_497696e_store_reads_as_it_did(tmp_path, fixture, scenario, case):
     with f497.boot(BOOTS[case]):
         got = f497.run(scenario, source, entry["spec"], entry["backend"], str(tmp_path))
     assert f497.files_digest(source) == before, "the committed fixture was modified"
+    want = dict(want)
+    if scenario == "convert" and want["convert"].get("raw") == "StoreLockedError":
+        # The one change on purpose (issue 35 item 7): 497696e refused to convert a killed
+        # store until a writer recovered it; now convert reads it as recovery would leave it
+        # (as "read" does), without writing to it: the same store comes out, checked below.
+        assert got.pop("raw") == "converted" and "recovery" not in got, got
+        want["convert"] = {k: v for k, v in want["convert"].items() if k not in ("raw", "recovery")}
     diff = differences(got, want[scenario], f"{fixture}/{case}/{scenario}")
     assert not diff, "\n".join(diff)
     if scenario == "read":

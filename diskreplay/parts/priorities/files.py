@@ -133,9 +133,12 @@ class Priorities(OpenPart):
         self.alpha, self.epsilon = read_settings(desc, os.path.join(directory, "store.json"))
         self.max_size = m = desc["max_size"]
         self.p_max = P_LIMIT / m  # the largest priority stored (``stored``)
+        # (finite raw >= 0 + epsilon) ** alpha cannot overflow nor be invalid: no errstate (microseconds)
+        self.quiet = self.alpha <= 1.0 and self.epsilon <= 1e300
         self.writable = writable
         self.layout = FileLayout(m)
-        self.storage = self.file = None
+        self.storage = self.file = self.live = self.words = self.dirty = None
+        self.bodies = []
         try:
             self.storage = get_backend(desc["backend"]).open(directory, {DATASET: SPEC}, m, writable)
             self.live = self.storage.arrays[DATASET]
@@ -241,12 +244,11 @@ class Priorities(OpenPart):
         duplicates wins), the running ``max_p``, the live dataset and the tree."""
         if len(idxs) == 0:
             return
-        p = self.stored(raw)  # refused before anything is written
+        p, top = self.stored(raw)  # refused before anything is written
         self.catch_up(seen, base)
         w = self.words
         w[W_SEQ] = int(w[W_SEQ]) | 1  # odd: readers wait for the update to finish
         try:
-            top = float(_largest(p))
             if top > self.max_p:  # set before any slot holds it; a value a later duplicate replaces is never held
                 top = float(sumtree.last_of_duplicates(idxs, p)[1].max())
                 if top > self.max_p:
@@ -254,25 +256,31 @@ class Priorities(OpenPart):
             # One call (C where built): the dirty marks, the live dataset and the tree.
             self.tree.update_mirrored(idxs, p, self.live, self.dirty, BLOCK)
         except BaseException:  # interrupted (Ctrl-C): the tree follows whatever reached the dataset
-            self._load(self.live)
+            if self.words is w:  # (a signal handler may have closed the store: nothing to follow)
+                self._load(self.live)
             raise
         finally:
-            w[W_SEQ] = (int(w[W_SEQ]) | 1) + 1  # even again, and never seen before
+            if self.words is w:  # still open: a close from a signal handler made the seq even itself
+                w[W_SEQ] = (int(w[W_SEQ]) | 1) + 1  # even again, and never seen before
 
-    def stored(self, raw: np.ndarray) -> np.ndarray:
-        """``(raw + epsilon) ** alpha``, each value checked to be one the store can keep: a
-        normal float64 of at most ``P_LIMIT / max_size`` (so no sum of the tree overflows,
-        and no ``p_i / min p`` of a weight divides by a subnormal), or 0 where ``raw +
-        epsilon`` is 0 (never a positive priority that underflowed), else
-        ``InvalidPriorityError``."""
-        with np.errstate(over="ignore", under="ignore", invalid="ignore"):
+    def stored(self, raw: np.ndarray) -> tuple[np.ndarray, float]:
+        """``(raw + epsilon) ** alpha`` and its largest value, each value checked to be one
+        the store can keep: a normal float64 of at most ``P_LIMIT / max_size`` (so no sum
+        of the tree overflows, and no ``p_i / min p`` of a weight divides by a subnormal),
+        or 0 where ``raw + epsilon`` is 0 (never a positive priority that underflowed),
+        else ``InvalidPriorityError``."""
+        if self.quiet:
             p = (raw + self.epsilon) ** self.alpha
-        if _smallest(p) >= P_TINY and _largest(p) <= self.p_max:  # the usual batch: two reductions
-            return p
+        else:
+            with np.errstate(over="ignore", under="ignore", invalid="ignore"):
+                p = (raw + self.epsilon) ** self.alpha
+        top = float(_largest(p))
+        if top <= self.p_max and _smallest(p) >= P_TINY:  # the usual batch: two reductions
+            return p, top
         with np.errstate(invalid="ignore"):
             bad = ~((p >= P_TINY) & (p <= self.p_max) | (p == 0) & (raw + self.epsilon == 0))
         if not bad.any():
-            return p
+            return p, top
         i = int(np.flatnonzero(bad)[0])
         fix = ("pass smaller priorities (e.g. clip the |TD error|) or create the store with a smaller alpha"
                if not p[i] < P_TINY else "pass 0 or larger priorities, or create the store with a smaller alpha "
@@ -404,6 +412,11 @@ class Priorities(OpenPart):
         return ([*self.storage.files] if self.storage else []) + ([self.file] if self.file else [])
 
     def close(self) -> None:
+        if self.words is not None and self.words.flags.writeable and int(self.words[W_SEQ]) % 2:
+            self.words[W_SEQ] += 1  # closed inside an update (a signal handler): no reader waits on it
+        for arr in (self.live, self.words, self.dirty, *self.bodies):
+            if arr is not None:  # an operation this close cut short must not write after it
+                arr.flags.writeable = False
         self.live = self.words = self.dirty = None
         self.bodies = []
         for res in (self.storage, self.file):
