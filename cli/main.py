@@ -414,7 +414,10 @@ def watch(path, interval, count, keep, as_json) -> None:
 def convert(src, dst, backend, overwrite) -> None:
     """Copy the store SRC to a new store DST with another backend.
 
-    Contents, counters and the sampler's state are kept. SRC is only read.
+    Contents, counters and the sampler's state are kept. SRC is only read: one whose writer
+    was killed is read as recovery would leave it (a read-only copy converts too). DST is
+    built under a temporary name and renamed into place when whole; with --overwrite an old
+    store there stays until then.
 
     Example: diskreplay convert runs/pong.replay runs/pong-h5.replay --backend hdf5
     """

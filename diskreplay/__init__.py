@@ -27,7 +27,7 @@ from .errors import (CorruptStoreError, DiskReplayError, EmptyStoreError, EnvPro
                      NotAStoreError, NotPrioritizedError, NStepTooLargeError, OutputExistsError, OvertakenError,
                      PartialStepWarning, ReadOnlyError, ReadOnlyViewError, RecoveryWarning,
                      ReentrantCallError,
-                     SchemaMismatchError, SlotIndexError, StoreClosedError, StoreExistsError, StoreIOError,
+                     SchemaMismatchError, SlotIndexError, StoreClosedError, StoreExistsError, StoreIOError, StoreResetError,
                      StoreLockedError, StoreMismatchError, StoreNotFoundError, StorePermissionError,
                      TornReadError, UnsupportedFormatError)
 from .store import FORMAT_VERSION, DiskReplay
@@ -39,7 +39,7 @@ __all__ = ["DiskReplay", "FORMAT_VERSION", "CorruptStoreError", "DiskReplayError
     "IncompleteStoreError", "IndexOutOfRangeError", "InsufficientSpaceError", "InterfaceMismatchError",
     "InvalidArgumentError", "InvalidPriorityError", "MemorySpecError", "MissingDependencyError", "NotAStoreError",
     "NotPrioritizedError",
-    "NStepTooLargeError", "OutputExistsError", "OvertakenError", "PartialStepWarning",
+    "NStepTooLargeError", "OutputExistsError", "OvertakenError", "StoreResetError", "PartialStepWarning",
     "ReadOnlyError", "ReadOnlyViewError", "RecoveryWarning", "ReentrantCallError", "SchemaMismatchError", "SlotIndexError",
     "StoreClosedError", "StoreExistsError", "StoreIOError", "StoreLockedError", "StoreMismatchError",
     "StoreNotFoundError", "StorePermissionError", "TornReadError", "UnsupportedFormatError"]

@@ -20,7 +20,7 @@ from typing import Callable, Iterator, NamedTuple
 import numpy as np
 
 from .core import ring
-from .errors import EmptyStoreError, InvalidArgumentError, OvertakenError
+from .errors import EmptyStoreError, IndexOutOfRangeError, InvalidArgumentError, OvertakenError, StoreResetError
 from .core.prefetch import Prefetcher
 from .core.schema import FieldSpec
 
@@ -38,6 +38,7 @@ class Snapshot:
     head: int
     max_size: int
     num_envs: int
+    generation: int | None = None  # the store's ``generation`` (None: a reader without one)
 
     @property
     def first(self) -> int:
@@ -76,11 +77,24 @@ class Snapshot:
 def snapshot(buf) -> Snapshot:
     """``seen_size``, ``size`` and ``head`` of one committed state, beside a live writer too."""
     for _ in range(_SNAPSHOT_TRIES):
-        seen = buf.seen_size
+        generation, seen = _generation(buf), buf.seen_size
         size, head = buf.size, buf.head
-        if buf.seen_size == seen:
+        if buf.seen_size == seen and _generation(buf) == generation:
             break
-    return Snapshot(seen, size, head, buf.max_size, buf.num_envs)
+    return Snapshot(seen, size, head, buf.max_size, buf.num_envs, generation)
+
+
+def _generation(buf):
+    return getattr(buf, "generation", None)
+
+
+def check_generation(buf, snap: Snapshot, shrank: bool = False) -> None:
+    """``StoreResetError`` if ``buf`` was reset (or created anew) since ``snap``, or if it
+    ``shrank`` under it: only a reset makes a store hold fewer transitions, and a reader can
+    see its new base a moment before its new reset count."""
+    if shrank or snap.generation is not None and _generation(buf) != snap.generation:
+        raise StoreResetError(f"{buf.path} was reset while it was being read (its rows now belong to a newer "
+                              "generation than the read's first snapshot); run the read again")
 
 
 class Block(NamedTuple):
@@ -150,7 +164,12 @@ class ChronoReader:
             snap = self.snap
             end = min(pos + self.rows, self.stop)
             slots = snap.slots(pos, end)
-            batch = buf.get(slots) if self.fields is None else buf.get(slots, fields=self.fields)
+            try:
+                batch = buf.get(slots) if self.fields is None else buf.get(slots, fields=self.fields)
+            except IndexOutOfRangeError:  # slots the snapshot held are gone: a reset
+                check_generation(buf, snap, shrank=True)
+                raise  # (not reached)
+            check_generation(buf, snap)  # rows of another generation are never labelled as this one's
             positions = np.arange(pos, end, dtype=np.int64)
             transitions = snap.transition(positions)
             # A slot keeps transition t until transition t + max_size is written.
@@ -193,4 +212,5 @@ def require_fields(buf) -> dict:
     return fields
 
 
-__all__ = ["BLOCK_BYTES", "Block", "ChronoReader", "Snapshot", "TOO_FAST", "block_rows", "require_fields", "snapshot"]
+__all__ = ["BLOCK_BYTES", "Block", "ChronoReader", "Snapshot", "TOO_FAST", "block_rows", "check_generation",
+           "require_fields", "snapshot"]

@@ -100,6 +100,11 @@ class OvertakenError(TornReadError):
     """A live writer overwrote rows of a chronological read before they were read."""
 
 
+class StoreResetError(DiskReplayError, RuntimeError):
+    """The store was reset (or re-created) while a chronological read was under way: its
+    rows belong to another generation than the read's snapshot; read again."""
+
+
 class RecoveryWarning(UserWarning):
     """Opening the store needed recovery (journal replay or rollback to the last flush)."""
 

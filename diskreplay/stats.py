@@ -21,6 +21,7 @@ from . import smallints
 from .store import DiskReplay
 from .chrono import require_fields
 from .core.episodes import TRUNCATION_FIELD, episode_ends
+from .errors import StoreResetError
 from .views import ChronoReader, block_rows, snapshot
 
 BINS = 50
@@ -294,9 +295,14 @@ class RecentReturns:
         keys = ["rewards", "dones", "jumps"] + ([TRUNCATION_FIELD] if TRUNCATION_FIELD in fields else [])
         before = len(self.episodes.returns)
         reader = ChronoReader(self.buf, snap.size - new, snap.size, snap=snap, fields=keys)
-        for block in reader:
-            self.episodes.update(block.transitions, reader.snap.env(block.positions), block.batch["rewards"],
-                                 episode_ends(block.batch, block.batch["jumps"]))
+        try:
+            for block in reader:
+                self.episodes.update(block.transitions, reader.snap.env(block.positions), block.batch["rewards"],
+                                     episode_ends(block.batch, block.batch["jumps"]))
+        except StoreResetError:  # reset during this poll: follow the new generation from its start
+            self.episodes = Episodes(self.buf.num_envs, starts_complete=False)
+            self.read_up_to = 0
+            return []
         self.read_up_to = reader.snap.first + reader.stop - 1
         self.rows_read += reader.stop - reader.start - reader.skipped
         found = self.episodes.returns[before:]

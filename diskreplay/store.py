@@ -152,6 +152,16 @@ class DiskReplay:
         return self._state().seen
 
     @property
+    def generation(self) -> int:
+        """Changes whenever the store is reset (``reset()``) or created anew over itself
+        (``create(overwrite=True)``), never otherwise: a chronological read (``views``,
+        ``stats``, ``episodes()``, ``export``) checks it after every block and stops with
+        ``StoreResetError`` when it moved, so rows are never labelled with the transition
+        numbers of another generation."""
+        resets = self._state().resets
+        return ((self._session.key & 0xFFFFFFFF) << 32) | resets
+
+    @property
     def size(self) -> int:
         """Occupied slots, at most ``max_size``."""
         s = self._state()
@@ -400,7 +410,9 @@ class DiskReplay:
                 overwrite: bool = False, block_rows: int | None = None) -> None:
         """Copy the store at ``src`` to a new store at ``dst`` with another backend, with its
         counters, ``ns_buffer`` and sampler state, in row blocks (bounded memory).
-        ``progress(done_rows, total_rows)`` is called after each block."""
+        ``progress(done_rows, total_rows)`` is called after each block. ``src`` is only read
+        (a store whose writer was killed as recovery would leave it); ``dst`` appears whole
+        or not at all (built under a temporary name, renamed into place; a symlink refused)."""
         convert_store(src, dst, backend=backend, progress=progress, overwrite=overwrite,
                       block_rows=block_rows)
 

@@ -75,7 +75,7 @@ def test_snapshot_bounds_work_like_slices():
 def test_snapshot_of_a_store(wrapped):
     with DiskReplay.open(wrapped, mode="r") as buf:
         snap = snapshot(buf)
-        assert snap == Snapshot(SEEN, MAX_SIZE, (SEEN - 1) % MAX_SIZE, MAX_SIZE, 1)
+        assert snap == Snapshot(SEEN, MAX_SIZE, (SEEN - 1) % MAX_SIZE, MAX_SIZE, 1, buf.generation)
         assert buf.get(snap.slots(0, snap.size))["actions"].tolist() == list(range(14, 24))
 
 
