@@ -36,8 +36,8 @@ from ..backends import BACKENDS, get_backend
 from ..format.counters import (W_CHECK, W_CLEAN, W_DRAWS, W_INTENT, W_KEY, W_PID, W_SEEN, Counters, begin_step,
                                commit_step, create_counters)
 from ..format.description import JUMPS_VERSION, new_description, read_description, write_description
-from ..errors import (DiskReplayError, ReadOnlyError, ReentrantCallError, SchemaMismatchError, StoreClosedError,
-                     StoreIOError)
+from ..errors import (DiskReplayError, InsufficientSpaceError, ReadOnlyError, ReentrantCallError,
+                     SchemaMismatchError, StoreClosedError, StoreIOError)
 from . import forks
 from .fastadd import fast_add, fast_stack_add, fast_stack_vector_add, fast_vector_add
 from .flushing import Flusher, initial_checkpoint
@@ -260,9 +260,10 @@ class Writer(Session):
                 arr[order.span(0, n - fit)] = value[fit:]
         try:
             counts = [part.after_rows(step, words) for part in parts]
-        except DiskReplayError as exc:  # a write error (EIO, a full disk): as after a failed sync,
-            self.settle()               # the disk may not hold what we think; refuse writes until reopened
-            self._fail(exc)
+        except DiskReplayError as exc:  # EIO: as after a failed sync, refuse writes until reopened; a full
+            self.settle()               # disk (another program) only undoes the step: the writer goes on
+            if not isinstance(exc, InsufficientSpaceError):  # once space is freed, nothing acknowledged lost
+                self._fail(exc)
             raise
         self.data.ns[(t_end // n) & 1] = values[-1]
         commit_step(words, t_end, self.key)
@@ -276,9 +277,8 @@ class Writer(Session):
         """Finish a step an exception left in flight (``intent`` ahead of ``seen``): keep it
         if its commit completed (the check word vouches for it), else put back the rows it
         was overwriting from the undo reserve (the add then never happened). Idempotent;
-        every operation calls it first, so a torn row is never read, flushed or closed over.
-        After a signal handler's close() under the operation (whose exit Python may drop, as in
-        a weakref callback), the error it met on the closed files becomes StoreClosedError."""
+        every operation calls it first, so a torn row is never read, flushed or closed over. After
+        a signal handler's close() under it, its error on the closed files is StoreClosedError."""
         exc = sys.exc_info()[1] if self.closed else None
         if exc is not None and not isinstance(exc, (KeyboardInterrupt, SystemExit, StoreClosedError)):
             raise StoreClosedError(f"{self.path} was closed while this call ran (a signal handler's close()?); "
