@@ -60,7 +60,7 @@ class Shard:
         fields = None if buf.fields is None else {n: (tuple(s), np.dtype(d).str) for n, (s, d) in buf.fields.items()}
         return {"path": self.path, "node": ray.get_runtime_context().get_node_id(), "pid": os.getpid(),
                 "created": self.created, "size": buf.size, "seen_size": buf.seen_size,
-                "max_size": buf.max_size, "num_envs": buf.num_envs, "fields": fields}
+                "max_size": buf.max_size, "num_envs": buf.num_envs, "fields": fields, "prioritized": buf.prioritized}
 
     def size(self) -> int:
         return self.buf.size

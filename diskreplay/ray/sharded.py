@@ -42,6 +42,8 @@ class ShardedReplay:
         ``nodes[i]`` pins shard ``i`` to a Ray node id (None: anywhere). On bad input nothing
         is left half-created: stores this call created are removed and its actors killed."""
         max_size = check_count("max_size", max_size)
+        if create_kwargs.get("prioritized"):
+            raise InvalidArgumentError(UNIFORM_ONLY)
         return cls._start(paths, max_size, "r+", nodes, max_restarts, requests_per_shard, seed, create_kwargs)
 
     @classmethod
@@ -263,8 +265,16 @@ def _check_placement(paths, nodes) -> tuple[list[str], list]:
     return paths, nodes
 
 
+UNIFORM_ONLY = ("ShardedReplay samples its shards uniformly: prioritized stores are not supported yet (each "
+                "shard would keep priorities that sampling across shards ignores, with no weights and no "
+                "update_priorities); use uniform shards, or one DiskReplay with prioritized=True")
+
+
 def _check_compatible(infos):
     first = infos[0]
+    prioritized = [info["path"] for info in infos if info.get("prioritized")]
+    if prioritized:
+        return InvalidArgumentError(f"{prioritized[0]} is a prioritized store. {UNIFORM_ONLY}")
     for i, info in enumerate(infos[1:], 1):
         if info["num_envs"] != first["num_envs"]:
             return ShardMismatchError(f"shard {i} ({info['path']}) has num_envs {info['num_envs']}, shard 0 has "

@@ -129,6 +129,23 @@ def test_actors_read_beside_an_in_process_writer(cluster, tmp_path):
 
 
 # ---------------------------------------------------------------------- bad input
+def test_prioritized_shards_are_refused_until_sampling_honours_them(cluster, tmp_path):
+    """Issue 36 item 5: a prioritized ShardedReplay would sample uniformly (no weights, no
+    update_priorities): refused, at create before any store is made, at open as it attaches."""
+    paths = [str(tmp_path / "a"), str(tmp_path / "b")]
+    with pytest.raises(InvalidArgumentError, match="samples its shards uniformly"):
+        ShardedReplay.create(paths, 100, fields=FIELDS, prioritized=True)
+    assert not any(os.path.exists(p) for p in paths)
+    with DiskReplay.create(paths[0], 100, fields=FIELDS, prioritized=True) as buf:
+        buf.add(np.zeros(2, np.int64), 1, 1.0, np.ones(2, np.int64), False)
+    with DiskReplay.create(paths[1], 100, fields=FIELDS) as buf:
+        buf.add(np.zeros(2, np.int64), 1, 1.0, np.ones(2, np.int64), False)
+    with pytest.raises(InvalidArgumentError, match="a prioritized store"):
+        ShardedReplay.open(paths)
+    with DiskReplay.open(paths[0], mode="r") as buf:  # left as it was
+        assert buf.prioritized and buf.seen_size == 1
+
+
 def test_bad_input_is_refused_and_leaves_nothing_half_created(cluster, tmp_path):
     a, b = str(tmp_path / "a"), str(tmp_path / "b")
     with pytest.raises(DuplicateShardError, match="same store"):

@@ -1,7 +1,7 @@
 """A store on a small tmpfs that another program fills (issue 35 item 3), run by
 tests/durability/test_full_disk.py:
 
-    python full_disk.py DIR BACKEND
+    python full_disk.py DIR BACKEND [worst plain|stack4]
 
 In a mount namespace of its own (and a user namespace when not root), mounts a 24 MiB tmpfs
 at ``DIR``, creates a store there, fills the rest of the tmpfs with a file of its own (the
@@ -9,7 +9,9 @@ other program), then adds steps whose episode ends write the jump ring's sparse
 ``jump_states.npy`` until an add raises ``InsufficientSpaceError``. Checks that the failed
 add changed nothing, that the writer still refuses with the same error (not "an earlier sync
 failed"; steps without an episode end still add), then deletes the filler and goes on adding with the same writer object, flushes,
-closes and reopens: every acknowledged step must be back. Prints one JSON line.
+closes and reopens: every acknowledged step must be back. Prints one JSON line. With
+``worst``: create's free-space count is enough for the side files' worst case
+(``worst_case``).
 """
 import ctypes
 import json
@@ -68,8 +70,52 @@ def step(t: int, n: int):
     return states, ts, (ts % 7).astype(np.float32), next_states, dones
 
 
+def worst_case(directory: str, backend: str, kind: str) -> dict:
+    """A tmpfs of just the size create asks for (its refusal names the bytes), and a store
+    whose side files then reach their worst case (every step an episode end with a terminal
+    state; frame stacks: every step a new stack) for three laps: no ENOSPC after create."""
+    import re
+    from diskreplay import DiskReplay, InsufficientSpaceError
+    frame_stack = 4 if kind == "stack4" else None
+    shape = (4, 12, 12) if frame_stack else (64,)
+    fields = {"states": (shape, "uint8"), "actions": ((), "int64"), "rewards": ((), "float32"), "dones": ((), "bool")}
+    store, n, m = os.path.join(directory, "s"), 2, 600
+    try:
+        DiskReplay.create(store, m, num_envs=n, backend=backend, fields=fields, seed=0, frame_stack=frame_stack)
+        raise AssertionError("a 1 MiB tmpfs held the store")
+    except InsufficientSpaceError as exc:
+        needed = int(re.search(r"needs [^(]*\((\d+) bytes\)", str(exc)).group(1))
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.umount(directory.encode()) != 0:
+        raise OSError(ctypes.get_errno(), "umount")
+    size = needed + 64 * 1024  # the count plus a little for the filesystem's own blocks
+    if libc.mount(b"tmpfs", directory.encode(), b"tmpfs", 0, f"size={size}".encode()) != 0:
+        raise OSError(ctypes.get_errno(), "mount")
+    rng = np.random.default_rng(0)
+    buf = DiskReplay.create(store, m, num_envs=n, backend=backend, fields=fields, seed=0, frame_stack=frame_stack)
+    refused = None
+    try:
+        while buf.seen_size < 3 * m:
+            states = rng.integers(0, 255, (n,) + shape, dtype=np.uint8)
+            next_states = rng.integers(0, 255, (n,) + shape, dtype=np.uint8)  # never the next step's states
+            ts = np.arange(buf.seen_size + 1, buf.seen_size + 1 + n)
+            buf.add(states, ts, np.ones(n, np.float32), next_states, np.ones(n, bool))
+        buf.flush()
+    except InsufficientSpaceError as exc:
+        refused = str(exc)
+    seen = buf.seen_size
+    buf.close()
+    st = os.statvfs(directory)
+    return {"needed": needed, "tmpfs": size, "refused": refused, "seen": seen, "laps": seen / m,
+            "free_at_end": st.f_bavail * st.f_frsize}
+
+
 def main() -> None:
     directory, backend = sys.argv[1], sys.argv[2]
+    if len(sys.argv) > 3 and sys.argv[3] == "worst":
+        private_tmpfs(directory, "1m")
+        print(json.dumps(worst_case(directory, backend, sys.argv[4])))
+        return
     private_tmpfs(directory, "24m")
     from diskreplay import DiskReplay, InsufficientSpaceError
     store = os.path.join(directory, "s")
