@@ -9,6 +9,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 import paths
 
 
@@ -26,3 +28,19 @@ def test_a_full_disk_refuses_the_add_and_the_writer_goes_on_once_space_is_freed(
     assert out["seen_after_freeing"] == out["seen_after_refusal"] + 2 * out["again"].count("added") + 100, out
     assert out["reopened_seen"] == out["seen_after_freeing"], out
     assert out["rows_right"] and out["next_states_right"] and out["damaged"] == [], out
+
+
+@pytest.mark.parametrize("kind", ["plain", "stack4"])
+def test_what_create_counts_holds_every_side_file_at_its_worst(tmp_path, backend, kind):
+    """On a tmpfs of just the bytes create asks for (plus 64 KiB for the filesystem's own
+    blocks), three laps in which every step ends every env's episode with a terminal state
+    (the jump ring's states written each step; a frame-stack store's stack ring too): no
+    ENOSPC after create."""
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    proc = subprocess.run([sys.executable, os.path.join(paths.SUPPORT, "full_disk.py"), str(mnt), backend, "worst",
+                           kind], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["refused"] is None and out["laps"] == 3.0, out
+    assert out["tmpfs"] - out["needed"] == 64 * 1024, out

@@ -82,7 +82,7 @@ def worst_case(directory: str, backend: str, kind: str) -> dict:
     store, n, m = os.path.join(directory, "s"), 2, 600
     try:
         DiskReplay.create(store, m, num_envs=n, backend=backend, fields=fields, seed=0, frame_stack=frame_stack)
-        raise AssertionError("a 1 MiB tmpfs held the store")
+        raise AssertionError("a 64 KiB tmpfs held the store")
     except InsufficientSpaceError as exc:
         needed = int(re.search(r"needs [^(]*\((\d+) bytes\)", str(exc)).group(1))
     libc = ctypes.CDLL(None, use_errno=True)
@@ -106,14 +106,14 @@ def worst_case(directory: str, backend: str, kind: str) -> dict:
     seen = buf.seen_size
     buf.close()
     st = os.statvfs(directory)
-    return {"needed": needed, "tmpfs": size, "refused": refused, "seen": seen, "laps": seen / m,
+    return {"kind": kind, "frame_stack": frame_stack, "needed": needed, "tmpfs": size, "refused": refused, "seen": seen, "laps": seen / m,
             "free_at_end": st.f_bavail * st.f_frsize}
 
 
 def main() -> None:
     directory, backend = sys.argv[1], sys.argv[2]
     if len(sys.argv) > 3 and sys.argv[3] == "worst":
-        private_tmpfs(directory, "1m")
+        private_tmpfs(directory, "64k")
         print(json.dumps(worst_case(directory, backend, sys.argv[4])))
         return
     private_tmpfs(directory, "24m")
