@@ -22,6 +22,7 @@ from ..errors import InvalidArgumentError, MemorySpecError, StoreMismatchError
 from ..parts.priorities.args import check_priorities, settings_keys
 from .arguments import batch_count
 from .memory import DiskReplay, DiskReplayV4, DiskReplayV5, interface_for
+from .slotviews import SlotView, field_view
 from .spec import MemorySpec
 
 DEFAULT_ERROR = 100000  # SLM-Lab's add_experience default: new transitions are drawn early
@@ -69,9 +70,32 @@ class DiskPrioritizedReplay(DiskReplay):
 
     def __init__(self, memory_spec, owner):
         super().__init__(memory_spec, owner)
-        self.alpha, self.epsilon = self.store.alpha, self.store.epsilon
+        # As SLM-Lab holds them: one-element arrays (its code and tests read memory.alpha[0]).
+        self.alpha, self.epsilon = np.full((1,), self.store.alpha), np.full((1,), self.store.epsilon)
         self.data_keys = list(self._value_names) + ["priorities"]
         self._errors: list = []  # errors of transitions buffered in a partial step
+        self._views["priorities"] = SlotView(self, "priorities")
+        self.tree_idxs = None  # SLM-Lab's tree leaves of the last batch; here the slots are what counts
+
+    priorities = field_view("priorities")
+
+    @property
+    def tree(self) -> "PriorityTree":
+        """SLM-Lab's ``SumTree`` as its code and tests read it (``write``, ``total()``,
+        ``print_tree()``), over the store's priorities; read-only."""
+        return PriorityTree(self)
+
+    def _rows(self, idxs: np.ndarray) -> dict:
+        rows = super()._rows(idxs)
+        p = np.zeros(len(idxs), np.float64)
+        held = idxs < self.store.size
+        if held.any():
+            p[held] = self.store.get(idxs[held], fields="priorities")["priorities"]
+        m = self.store.max_size
+        for j, error in enumerate(self._errors):  # a buffered partial step's: its priority once added
+            p[idxs == (self.store.head + 1 + j) % m] = self.get_priority(error)
+        rows["priorities"] = p
+        return rows
 
     # ------------------------------------------------------------------ adding
     def update(self, *args, **kwargs) -> None:
@@ -120,12 +144,37 @@ class DiskPrioritizedReplay(DiskReplay):
         self.store.update_priorities(self.batch_idxs, np.asarray(errors, np.float64).reshape(-1))
 
     def get_priority(self, error) -> np.ndarray:
-        """SLM-Lab's ``(error + epsilon) ** alpha``."""
-        return np.power(np.asarray(error, np.float64) + self.epsilon, self.alpha)
+        """SLM-Lab's ``(error + epsilon) ** alpha`` (squeezed, as SLM-Lab's)."""
+        return np.power(np.asarray(error, np.float64) + self.epsilon, self.alpha).squeeze()
 
     def reset(self) -> None:
         super().reset()
         self._errors = []
+
+
+class PriorityTree:
+    """What SLM-Lab's code and tests read of its ``SumTree``: ``write`` (the slot the next
+    transition goes to), ``total()`` (the sum of the priorities held) and ``print_tree()``,
+    from the store's priorities (its own sum tree draws the samples)."""
+
+    def __init__(self, memory):
+        self._memory = memory
+
+    @property
+    def write(self) -> int:
+        memory = self._memory
+        return (memory.head + 1) % memory.max_size
+
+    def _held(self) -> np.ndarray:
+        size = self._memory.size
+        return np.asarray(self._memory._rows(np.arange(size, dtype=np.int64))["priorities"]) if size else np.zeros(0)
+
+    def total(self) -> float:
+        return float(self._held().sum())
+
+    def print_tree(self) -> None:
+        for i, p in enumerate(self._held().tolist()):
+            print(f"Idx: {i}, Data idx: {i}, Prio: {p}")
 
 
 class DiskPrioritizedReplayV4(DiskPrioritizedReplay, DiskReplayV4):
