@@ -259,6 +259,9 @@ class RecordVectorTransitions(gymnasium.vector.VectorWrapper, _Recording):
         return obs, rewards, terminations, truncations, infos
 
     def _add(self, states, actions, rewards, next_states, terminations, truncations) -> None:
+        if self.n == 1:  # a store of one env takes a step without the env axis (gym.make_vec's default)
+            states, actions, rewards, next_states, terminations, truncations = (
+                part[0] for part in (states, actions, rewards, next_states, terminations, truncations))
         self.store.add(states, actions, rewards, next_states, terminations, **{TRUNCATION_FIELD: truncations})
 
     def close(self, **kwargs) -> None:

@@ -228,6 +228,24 @@ def test_vector_adds_get_the_true_next_observations(tmp_path, mode):
         envs.close()
 
 
+@pytest.mark.parametrize("mode", MODES, ids=lambda m: m.name)
+def test_a_vector_env_of_one_sub_env_is_recorded(tmp_path, mode):
+    """``gym.make_vec``'s default is one sub-env: its steps go to a store of one env, each
+    transition the one the env gave (issue 36 item 3)."""
+    envs = RecordVectorTransitions(gym.make_vec("CartPole-v1", num_envs=1, vectorization_mode="sync",
+                                                vector_kwargs={"autoreset_mode": mode}), tmp_path / "a.replay", 1_000)
+    seen = collect(envs, mode, 150)
+    buf = envs.store
+    want = seen.transitions(0)[:buf.seen_size]
+    assert buf.num_envs == 1 and buf.seen_size == len(want) >= 140 - 10 * (mode == AutoresetMode.NEXT_STEP)
+    got = buf.get(np.arange(buf.size))
+    for t, (s, a, r, ns, term, trunc) in enumerate(want):
+        np.testing.assert_array_equal(got["states"][t], s)
+        np.testing.assert_array_equal(got["next_states"][t], ns)
+        assert got["actions"][t] == a and got["rewards"][t] == r and got["dones"][t] == term
+    envs.close()
+
+
 @pytest.mark.parametrize("recorded", MODES, indirect=True, ids=lambda m: m.name)
 def test_vector_final_observation_is_the_next_state_of_every_episode_end(recorded):
     envs, seen = recorded
