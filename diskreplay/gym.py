@@ -51,6 +51,19 @@ def transition_fields(observation_space, action_space, holder: str) -> dict:
             TRUNCATION_FIELD: ((), np.dtype(bool))}
 
 
+def _stored_action(action, shape: tuple, holder: str):
+    """The action as the store keeps it, checked before the env steps: as given when its
+    shape is the action space's; reshaped when it holds as many numbers (a scalar for a
+    ``Box((1,))``, which the env takes too); else ``EnvProtocolError``, nothing stepped."""
+    arr = np.asarray(action)
+    if arr.shape == tuple(shape):
+        return action
+    if arr.size == int(np.prod(shape)) and arr.dtype.kind in "biuf":
+        return arr.reshape(shape)
+    raise EnvProtocolError(f"{holder}: the action {action!r} has shape {arr.shape}, the action space's is "
+                           f"{tuple(shape)}; the env was not stepped")
+
+
 def _store_for(path, fields: dict, num_envs: int, max_size, options: dict, holder: str) -> tuple[DiskReplay, bool]:
     """``(store, owned)``: an open ``DiskReplay`` given as ``path`` (checked, not owned), or
     the store at ``path`` resumed or created (owned: the wrapper closes it)."""
@@ -135,6 +148,7 @@ class RecordTransitions(gymnasium.Wrapper, _Recording):
         if self._obs is None and not (self._ended and self._autoreset):
             raise EnvProtocolError("RecordTransitions: call reset() before step()"
                                    + (" (the last step ended the episode)" if self._ended else ""))
+        stored = _stored_action(action, self.store.fields["actions"][0], "RecordTransitions")
         obs, reward, terminated, truncated, info = self.env.step(action)
         if self._obs is None:  # Autoreset's step after an episode end: the reset, no transition
             self._obs, self._ended = np.array(obs, copy=True), False
@@ -145,7 +159,7 @@ class RecordTransitions(gymnasium.Wrapper, _Recording):
             self._obs, self._ended = np.array(obs, copy=True), False
         else:
             self._obs, self._ended = (None, True) if ended else (np.array(obs, copy=True), False)
-        self.store.add(state, action, reward, obs if final is None else final, bool(terminated),
+        self.store.add(state, stored, reward, obs if final is None else final, bool(terminated),
                        **{TRUNCATION_FIELD: bool(truncated)})
         return obs, reward, terminated, truncated, info
 

@@ -246,6 +246,39 @@ def test_a_vector_env_of_one_sub_env_is_recorded(tmp_path, mode):
     envs.close()
 
 
+class OneTorque(gym.Env):
+    """An env whose action space is Box((1,)) and which takes a scalar as well (as many
+    continuous-control envs do, through np.clip and float)."""
+
+    observation_space = gym.spaces.Box(-10, 10, (2,), np.float32)
+    action_space = gym.spaces.Box(-1, 1, (1,), np.float32)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.steps, self.last_u = 0, None
+        return np.zeros(2, np.float32), {}
+
+    def step(self, u):
+        self.last_u = float(np.clip(np.asarray(u, np.float32).reshape(-1)[0], -1, 1))
+        self.steps += 1
+        return np.full(2, self.steps, np.float32), self.last_u, False, False, {}
+
+
+def test_a_scalar_action_for_a_box_of_one_is_stored_and_a_wrong_one_refused_before_the_step(tmp_path):
+    """The env takes a scalar for its Box((1,)) (issue 36 item 3): the wrapper stores it in
+    the space's shape, and refuses an action the store cannot hold before the env steps."""
+    env = RecordTransitions(OneTorque(), tmp_path / "p.replay", 100)
+    env.reset(seed=0)
+    env.step(0.5)
+    env.step(np.array([-1.0], np.float32))
+    with pytest.raises(EnvProtocolError, match="the env was not stepped"):
+        env.step(np.zeros(3, np.float32))
+    assert env.unwrapped.steps == 2 and env.unwrapped.last_u == -1.0  # the refused action never reached it
+    got = env.store.get([0, 1])["actions"]
+    assert got.shape == (2, 1) and got[:, 0].tolist() == [0.5, -1.0]
+    env.close()
+
+
 @pytest.mark.parametrize("recorded", MODES, indirect=True, ids=lambda m: m.name)
 def test_vector_final_observation_is_the_next_state_of_every_episode_end(recorded):
     envs, seen = recorded
