@@ -63,6 +63,32 @@ def _open_or_create(path: str, max_size: int, n_envs: int, fields: dict, backend
             "this buffer its own path") from None
 
 
+def _timeouts(infos, n: int, handle_timeout_termination: bool) -> np.ndarray:
+    """The step's ``TimeLimit.truncated`` flags, from what SB3's own buffer accepts as
+    ``infos``: a list of ``n`` dicts (SB3's VecEnv), a Gymnasium vector env's dict of
+    arrays (CleanRL passes that; its ``_TimeLimit.truncated`` mask honoured, an empty dict
+    holds none), or anything when ``handle_timeout_termination`` is off (SB3 then never
+    reads ``infos``)."""
+    if not handle_timeout_termination:
+        return np.zeros(n, bool)
+    if isinstance(infos, dict):
+        flags = infos.get("TimeLimit.truncated")
+        if flags is None:
+            return np.zeros(n, bool)
+        flags = np.asarray(flags, bool).reshape(-1)
+        mask = infos.get("_TimeLimit.truncated")
+        if mask is not None:
+            flags = flags & np.asarray(mask, bool).reshape(-1)
+        if len(flags) != n:
+            raise SchemaMismatchError(f"DiskReplayBuffer.add: infos['TimeLimit.truncated'] has {len(flags)} "
+                                      f"values for {n} envs")
+        return flags
+    if len(infos) != n:
+        raise SchemaMismatchError(f"DiskReplayBuffer.add: got {len(infos)} infos for {n} envs; pass a list of "
+                                  "one dict per env, or a vector env's infos dict")
+    return np.array([bool(info.get("TimeLimit.truncated", False)) for info in infos])
+
+
 class DiskReplayBuffer(ReplayBuffer):
     """SB3's ``ReplayBuffer`` with its transitions in a diskreplay store at ``path``.
 
@@ -140,13 +166,11 @@ class DiskReplayBuffer(ReplayBuffer):
             raise SchemaMismatchError(
                 f"DiskReplayBuffer.add: {exc}; expected obs and next_obs of shape {(n, *obs_shape)} {obs_dtype}, "
                 f"action of {n} x {self.action_dim} values, reward and done of {n}") from exc
-        if len(infos) != n:
-            raise SchemaMismatchError(f"DiskReplayBuffer.add: got {len(infos)} infos for {n} envs")
+        timeouts = _timeouts(infos, n, self.handle_timeout_termination)
         # Cast as SB3's arrays would on assignment (e.g. float64 actions into float32).
         obs = obs.astype(obs_dtype, copy=False)
         next_obs = next_obs.astype(obs_dtype, copy=False)
         action = action.astype(self._fields["actions"][1], copy=False)
-        timeouts = np.array([bool(info.get("TimeLimit.truncated", False)) for info in infos])
         # next_obs holds the final observations at episode ends: the store's jump ring keeps them.
         store = self.store
         if n == 1:

@@ -256,6 +256,34 @@ def test_optimize_memory_usage_with_timeouts_is_accepted(tmp_path):
     assert model.replay_buffer.optimize_memory_usage and model.replay_buffer.store.seen_size == 200
 
 
+def test_infos_as_sb3s_own_buffer_takes_them(tmp_path):
+    """A list of dicts (SB3's VecEnv), a Gymnasium vector env's infos dict (CleanRL's loop passes
+    that), an empty dict; with handle_timeout_termination off, infos is not read at all, as in
+    SB3's ReplayBuffer (issue 36 item 1)."""
+    env = gym.make("CartPole-v1")
+    obs = np.zeros((2, 4), np.float32)
+    step = (obs, obs + 1, np.array([[0], [1]]), np.ones(2, np.float32), np.array([False, True]))
+    buf = DiskReplayBuffer(10, env.observation_space, env.action_space, device="cpu", n_envs=2,
+                           path=tmp_path / "a.replay")
+    try:
+        buf.add(*step, [{"TimeLimit.truncated": True}, {}])
+        buf.add(*step, {"TimeLimit.truncated": np.array([True, True]), "_TimeLimit.truncated": np.array([False, True])})
+        buf.add(*step, {})
+        with pytest.raises(SchemaMismatchError, match="infos"):
+            buf.add(*step, [{}])  # a list must have one dict per env
+        assert buf.store.get([0, 1, 2, 3, 4, 5])["timeouts"].tolist() == [True, False, False, True, False, False]
+    finally:
+        buf.close()
+    buf = DiskReplayBuffer(10, env.observation_space, env.action_space, device="cpu", n_envs=2,
+                           path=tmp_path / "b.replay", handle_timeout_termination=False)
+    try:
+        buf.add(*step, {"episode": {"r": np.ones(2)}})  # CleanRL: handle_timeout_termination=False
+        buf.add(*step, [{}])
+        assert buf.store.seen_size == 4 and not buf.store.get([0, 1, 2, 3])["timeouts"].any()
+    finally:
+        buf.close()
+
+
 # ---------------------------------------------------------------------- bad input, refused when built
 def test_bad_spaces_and_paths_are_refused_when_the_buffer_is_built(tmp_path):
     box = gym.spaces.Box(-1, 1, (3,), np.float32)
