@@ -28,7 +28,7 @@ from stable_baselines3.common.type_aliases import ReplayBufferSamples
 from stable_baselines3.common.utils import get_device
 
 from .envspaces import check_holdable, open_or_create
-from .errors import InvalidArgumentError, SchemaMismatchError, StoreLockedError
+from .errors import InvalidArgumentError, SchemaMismatchError, StoreLockedError, StoreNotFoundError
 from .store import DiskReplay
 
 
@@ -230,6 +230,11 @@ class DiskReplayBuffer(ReplayBuffer):
                 "handle_timeout_termination": self.handle_timeout_termination, "options": self._options}
 
     def __setstate__(self, state: dict) -> None:
+        if not os.path.isfile(os.path.join(state["path"], "store.json")):  # never a new empty store in its place
+            raise StoreNotFoundError(
+                f"this replay buffer was saved as a reference to the store at {state['path']}, which is not there "
+                "(deleted, or on another machine): a DiskReplayBuffer's save keeps the path, not the transitions; "
+                "copy the store to that path, or give the model a new buffer")
         options = dict(state["options"])
         buffer_size = options.pop("buffer_size")
         self.__init__(buffer_size, state["observation_space"], state["action_space"], device=state["device"],

@@ -17,7 +17,7 @@ from stable_baselines3.common.buffers import ReplayBuffer
 from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.vec_env import VecNormalize
 
-from diskreplay import DiskReplay, EnvProtocolError, InvalidArgumentError, NotAStoreError, SchemaMismatchError, StoreLockedError, StoreMismatchError
+from diskreplay import DiskReplay, EnvProtocolError, InvalidArgumentError, NotAStoreError, SchemaMismatchError, StoreLockedError, StoreMismatchError, StoreNotFoundError
 from diskreplay.sb3 import DiskReplayBuffer
 from old_finals import contents as old_finals_contents, write_old_finals
 
@@ -133,6 +133,21 @@ def test_save_and_load_replay_buffer_write_a_reference_not_a_copy(tmp_path):
         np.testing.assert_array_equal(before[name], after[name])
     model.learn(200, reset_num_timesteps=False)  # and training goes on with it
     assert loaded.store.seen_size == 2200
+
+
+def test_loading_a_buffer_whose_store_is_gone_is_an_error(tmp_path):
+    """A saved DiskReplayBuffer refers to its store; loading it where the store is not (deleted,
+    another machine) raises StoreNotFoundError and creates nothing there (issue 36 item 1)."""
+    import pickle
+    import shutil
+    path = tmp_path / "gone.replay"
+    buf = _filled(path)
+    saved = pickle.dumps(buf)
+    buf.close()
+    shutil.rmtree(path)
+    with pytest.raises(StoreNotFoundError, match="copy the store to that path"):
+        pickle.loads(saved)
+    assert not os.path.exists(path)
 
 
 def _filled(path, seed=7) -> DiskReplayBuffer:
