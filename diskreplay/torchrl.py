@@ -14,8 +14,9 @@ where it is not (episode ends, interleaved envs) the store's jump ring
 (``parts/jumps.py``) keeps the true one, so ``get`` gives back exactly what was written.
 A ``<path>.finals`` side store that earlier versions kept beside the store is ignored:
 never opened, read nor removed (README.md, "Integrations"). The storage appends (a
-round-robin writer's cursor is kept in step with the store); ``dumps``/``loads`` and
-``state_dict`` hold the store's path and position only. Importing this module imports
+round-robin writer's cursor is kept in step with the store); ``dumps``/``loads``,
+``state_dict`` and pickling hold the store's path and position only (unpickling reopens
+the store as its writer if nobody holds it, else read-only beside its writer). Importing this module imports
 torchrl, tensordict and torch.
 """
 from __future__ import annotations
@@ -29,7 +30,7 @@ import torch
 from tensordict import TensorDict, is_tensor_collection
 from torchrl.data.replay_buffers.storages import StoreStorage
 
-from .errors import InvalidArgumentError, SchemaMismatchError, StoreMismatchError, StoreNotFoundError
+from .errors import InvalidArgumentError, SchemaMismatchError, StoreLockedError, StoreMismatchError, StoreNotFoundError
 from .store import DiskReplay
 
 STATE_FILE = "diskreplay_storage.json"  # what dumps() writes: the store's path and position
@@ -70,18 +71,21 @@ class DiskReplayStorage(StoreStorage):
 
     def __init__(self, path, max_size: int, *, observation_key: str = "observation", backend: str = "memmap",
                  seed: int | None = None, flush_every: int | None = None):
-        super(StoreStorage, self).__init__(max_size=max_size)  # StoreStorage's own __init__ needs redis
-        self.path = os.fspath(path)
-        self.observation_key = observation_key
-        self._options = {"backend": backend, "seed": seed, "flush_every": flush_every}
-        self.names = {"states": _name_of(observation_key), "actions": _name_of("action"), "rewards": "next__reward",
-                      "dones": "next__done"}
-        self._next_obs = ("next", observation_key)
-        self.store: DiskReplay | None = None
+        self._setup(path, max_size, observation_key, {"backend": backend, "seed": seed, "flush_every": flush_every})
         try:
             self._attach_store(DiskReplay.open(self.path, mode="r+"))
         except StoreNotFoundError:
             pass
+
+    def _setup(self, path, max_size: int, observation_key: str, options: dict) -> None:
+        super(StoreStorage, self).__init__(max_size=max_size)  # StoreStorage's own __init__ needs redis
+        self.path = os.fspath(path)
+        self.observation_key = observation_key
+        self._options = options
+        self.names = {"states": _name_of(observation_key), "actions": _name_of("action"), "rewards": "next__reward",
+                      "dones": "next__done"}
+        self._next_obs = ("next", observation_key)
+        self.store: DiskReplay | None = None
 
     def _attach_store(self, store: DiskReplay) -> None:
         if store.max_size != self.max_size or store.num_envs != 1:
@@ -238,9 +242,26 @@ class DiskReplayStorage(StoreStorage):
     def loads(self, path) -> None:
         self.load_state_dict(json.loads((Path(path) / STATE_FILE).read_text()))
 
-    def __getstate__(self):
-        raise TypeError("a DiskReplayStorage is not pickled: its rows stay in the store; use dumps()/loads() "
-                        "or state_dict() to save a reference to it")
+    # ------------------------------------------------------------------ pickling: by path
+    def __getstate__(self) -> dict:
+        """A reference, as TorchRL's storages pickle to cross process boundaries: the path
+        and the options (the rows stay in the store, flushed first)."""
+        if self.store is not None and not self.store.closed and self.store.mode == "r+":
+            self.store.flush()
+        return {"path": os.path.abspath(self.path), "max_size": self.max_size,
+                "observation_key": self.observation_key, "options": dict(self._options)}
+
+    def __setstate__(self, state: dict) -> None:
+        """Reopen the store: as its writer when nobody holds it (the pickler closed it, or it
+        was never created: then the first write creates it), else read-only beside the
+        writer, which keeps it (reads work, writes raise ReadOnlyError)."""
+        self._setup(state["path"], state["max_size"], state["observation_key"], dict(state["options"]))
+        try:
+            self._attach_store(DiskReplay.open(self.path, mode="r+"))
+        except StoreNotFoundError:
+            pass
+        except StoreLockedError:  # the pickler (this process or another) still writes it: read beside it
+            self._attach_store(DiskReplay.open(self.path, mode="r"))
 
     def __repr__(self) -> str:
         return f"DiskReplayStorage({self.path!r}, max_size={self.max_size}, size={len(self)})"

@@ -158,6 +158,33 @@ def test_a_reopened_storage_resumes_where_it_stopped(tmp_path):
     resumed.storage.close()
 
 
+def test_a_storage_and_its_replay_buffer_pickle_by_path(tmp_path):
+    """TorchRL's storages pickle, so that a ReplayBuffer crosses process boundaries (issue 36
+    item 2): a DiskReplayStorage pickles as its path; unpickled while its writer holds the store
+    it reads beside it (writes refused), unpickled once the writer closed it, it writes."""
+    import pickle
+    from diskreplay import ReadOnlyError
+    path = tmp_path / "rb.replay"
+    rb = ReplayBuffer(storage=DiskReplayStorage(path, 50), sampler=RandomSampler(), batch_size=8)
+    rb.extend(transitions(0, 30, ends={9, 19}))
+    blob = pickle.dumps(rb)
+    assert len(blob) < 20_000  # the rows are not in it
+    reader = pickle.loads(blob)  # beside the live writer
+    assert reader.storage.store.mode == "r" and len(reader) == 30
+    assert_same(reader.storage.get(list(range(30))), rb.storage.get(list(range(30))))
+    with pytest.raises(ReadOnlyError):
+        reader.storage.set(30, transitions(30, 31, ends=set())[0])
+    assert len(reader.sample()) == 8
+    reader.storage.close()
+    rb.storage.close()
+    writer = pickle.loads(blob)  # nobody holds it now: the writer
+    assert writer.storage.store.mode == "r+"
+    writer.extend(transitions(30, 40, ends=set()))
+    assert len(writer) == 40
+    np.testing.assert_array_equal(writer.storage.get(list(range(40)))["observation"][:, 0].numpy(), np.arange(40))
+    writer.storage.close()
+
+
 def test_dumps_loads_and_state_dict_hold_a_reference(tmp_path):
     path = tmp_path / "rb.replay"
     rb = ReplayBuffer(storage=DiskReplayStorage(path, 2000), sampler=RandomSampler(), batch_size=16)
