@@ -112,20 +112,27 @@ def atomic_replace(path: str, directory: bool = False):
         raise
 
 
+def replace_directory(new: str, path: str) -> None:
+    """Rename the directory ``new`` to ``path``. Whatever is there (the caller checked it may
+    go: an old directory, a file, a symlink, never followed) is swapped with the new one in
+    one step where the filesystem can, so that no instant has neither, else moved aside
+    first; then removed. Over nothing or an empty directory, a plain rename."""
+    empty_dir = os.path.isdir(path) and not os.path.islink(path) and not os.listdir(path)
+    if os.path.lexists(path) and not empty_dir:
+        if not exchange(new, path):
+            old = temp_name(path)
+            os.rename(path, old)
+            os.rename(new, path)
+            new = old
+        discard(new)
+    else:
+        os.replace(new, path)
+
+
 def _commit(tmp: str, path: str, directory: bool) -> None:
     if directory:
         fsync_dir(tmp)
-        if os.path.isdir(path) and not os.path.islink(path) and os.listdir(path):
-            # An old output to replace (the caller checked it may): swapped with the new one in
-            # one step where the filesystem can, so that no instant has neither; then removed.
-            if not exchange(tmp, path):
-                old = temp_name(path)
-                os.rename(path, old)
-                os.rename(tmp, path)
-                tmp = old
-            discard(tmp)
-        else:
-            os.replace(tmp, path)  # over nothing, an empty directory or a symlink (replaced itself)
+        replace_directory(tmp, path)
     else:
         fd = os.open(tmp, os.O_RDONLY | os.O_NOFOLLOW)
         try:

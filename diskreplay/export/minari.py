@@ -30,7 +30,7 @@ import numpy as np
 
 from ..episodereader import EpisodeReader
 from ..core.episodes import TRUNCATION_FIELD
-from ..disk.fsutil import create_temp, discard, sweep_temps, temp_name
+from ..disk.fsutil import create_temp, discard, replace_directory, sweep_temps, temp_name
 from ..errors import InvalidArgumentError, MissingDependencyError, OutputExistsError
 
 DATASET_ID = re.compile(r"[-_A-Za-z0-9]+-v[0-9]+")
@@ -92,7 +92,7 @@ def export_minari(buf, root, *, start: int | None = None, stop: int | None = Non
                 algorithm_name="unknown (diskreplay export)", data_format="hdf5", jpeg_encoding=False)
             reader = EpisodeReader(buf, start, stop, progress=progress)
             counts = _write_episodes(minari, dataset, reader, include_incomplete)
-        _move_into_place(os.path.join(staging, dataset_id), final)
+        replace_directory(os.path.join(staging, dataset_id), final)
     finally:
         discard(staging)
     return {**counts, "skipped_overwritten": reader.skipped, "format": "minari", "dataset_id": dataset_id,
@@ -166,15 +166,6 @@ def _datasets_path(path: str):
         else:
             os.environ["MINARI_DATASETS_PATH"] = previous
 
-
-def _move_into_place(new: str, final: str) -> None:
-    """Rename ``new`` to ``final``; an existing ``final`` is moved aside first and removed after."""
-    old = None
-    if os.path.lexists(final):
-        old = temp_name(final)
-        os.rename(final, old)  # a symlink at final is moved itself, never followed
-    os.rename(new, final)
-    discard(old)
 
 
 __all__ = ["default_dataset_id", "export_minari", "load_minari"]
