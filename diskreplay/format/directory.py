@@ -119,28 +119,36 @@ def check_is_store(directory: str, *, allow_incomplete: bool = False) -> None:
 def prepare_directory(directory: str, overwrite: bool, extra: tuple = ()) -> bool:
     """Check the target of ``create``; returns whether the directory was made here (``extra``
     as for :func:`own_files`)."""
+    if check_create_target(directory, overwrite, extra) != "missing":
+        return False
+    try:
+        os.mkdir(directory)
+    except OSError as exc:
+        raise io_error(f"creating {directory}", exc) from exc
+    return True
+
+
+def check_create_target(directory: str, overwrite: bool, extra: tuple = (),
+                        hint: str = ", or DiskReplay.open() to resume it") -> str:
+    """Refuse a path a new store may not be made at (``create``, ``convert``'s dst); returns
+    ``"missing"``, ``"empty"`` (nothing, or the lock of a create killed right after locking)
+    or ``"store"`` (a store that ``overwrite`` allows to replace)."""
     parent = os.path.dirname(directory)
     if not os.path.isdir(parent):
         raise StoreNotFoundError(f"cannot create a store at {directory}: the parent directory {parent} does not exist")
     if os.path.lexists(directory) and not os.path.isdir(directory):
         raise NotAStoreError(f"cannot create a store at {directory}: a file is in the way")
     if not os.path.exists(directory):
-        try:
-            os.mkdir(directory)
-        except OSError as exc:
-            raise io_error(f"creating {directory}", exc) from exc
-        return True
-    if set(os.listdir(directory)) <= {LOCK_FILE}:  # empty, or a create killed right after locking
-        return False
+        return "missing"
+    if set(os.listdir(directory)) <= {LOCK_FILE}:
+        return "empty"
     if not looks_like_store(directory) or not own_files(directory, extra):
         raise StoreExistsError(
             f"cannot create a store at {directory}: the directory holds files that are not a diskreplay "
             "store; choose another path (overwrite=True only replaces an existing store)")
     if not overwrite:
-        raise StoreExistsError(
-            f"a store already exists at {directory}; pass overwrite=True to replace it, "
-            "or DiskReplay.open() to resume it")
-    return False
+        raise StoreExistsError(f"a store already exists at {directory}; pass overwrite=True to replace it{hint}")
+    return "store"
 
 
 def mark_creating(directory: str) -> None:

@@ -9,9 +9,9 @@ import numpy as np
 
 from ..core import ring
 from ..disk.fsutil import atomic_replace
-from ..errors import InvalidArgumentError, NotAStoreError, StoreExistsError, StoreLockedError, StoreNotFoundError
-from ..format.directory import check_path, enclosing_store, looks_like_store, own_files
-from ..format.lock import LOCK_FILE, writer_alive
+from ..errors import InvalidArgumentError, StoreLockedError
+from ..format.directory import check_create_target, check_path, enclosing_store
+from ..format.lock import writer_alive
 from .files import OWN_NAMES
 from .reader import Reader
 from .writer import Writer
@@ -48,25 +48,11 @@ def convert_store(src, dst, *, backend, progress=None, overwrite=False, block_ro
 
 def _check_dst(dst: str, overwrite: bool) -> None:
     """Refuse a ``dst`` that is a symlink, a file, a directory of other files, or (without
-    ``overwrite``) a store, before anything is written."""
+    ``overwrite``) a store, or whose store a writer holds, before anything is written."""
     if os.path.islink(dst):
         raise InvalidArgumentError(f"cannot create a store at {dst}: it is a symbolic link; give the path "
                                    "it points to, or another path")
-    if not os.path.isdir(os.path.dirname(dst)):
-        raise StoreNotFoundError(f"cannot create a store at {dst}: the parent directory {os.path.dirname(dst)} "
-                                 "does not exist")
-    if not os.path.lexists(dst):
-        return
-    if not os.path.isdir(dst):
-        raise NotAStoreError(f"cannot create a store at {dst}: a file is in the way")
-    if set(os.listdir(dst)) <= {LOCK_FILE}:
-        return
-    if not looks_like_store(dst) or not own_files(dst, OWN_NAMES):
-        raise StoreExistsError(f"cannot create a store at {dst}: the directory holds files that are not a "
-                               "diskreplay store; choose another path (overwrite=True only replaces a store)")
-    if not overwrite:
-        raise StoreExistsError(f"a store already exists at {dst}; pass overwrite=True to replace it")
-    if writer_alive(dst):
+    if check_create_target(dst, overwrite, OWN_NAMES, hint="") == "store" and writer_alive(dst):
         raise StoreLockedError(f"{dst} is open for writing; close its writer before replacing it")
 
 
