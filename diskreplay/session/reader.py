@@ -54,10 +54,7 @@ class Reader(Session):
         the store afresh there, on its first use: nothing of the parent's mappings, file
         descriptors or threads is relied on. Its sampler goes on from where it was."""
         self.pid = os.getpid()
-        for res in (self.gatherer, self.data, self.counters):
-            if res is not None:
-                res.close()  # the child's copies only (a reader writes nothing)
-        self.gatherer = self.data = self.counters = self.rows = None
+        self._release()  # the child's copies only (a reader writes nothing and holds no lock)
         self.counters = Counters(self.directory, False)
         self._view_record = self._dead_view = None
         self._alive, self._alive_at = False, -1.0
